@@ -1,0 +1,35 @@
+# esrc: PGXS build.  `make && sudo make install`, then see README.md.
+EXTENSION    = esrc
+EXTVERSION   = $(shell grep default_version $(EXTENSION).control | sed -e "s/default_version[[:space:]]*=[[:space:]]*'\([^']*\)'/\1/")
+
+MODULE_big   = esrc
+OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+
+# The install script is the concatenation of src/sql/NN_*.sql, one file per
+# capability.  Upgrade scripts (esrc--A--B.sql) are kept as written.
+DATA_built   = $(EXTENSION)--$(EXTVERSION).sql
+DATA         = $(wildcard $(EXTENSION)--*--*.sql)
+EXTRA_CLEAN  = $(EXTENSION)--$(EXTVERSION).sql
+
+PG_CONFIG   ?= pg_config
+PG_CFLAGS    = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror=implicit-function-declaration
+SHLIB_LINK   =
+
+# pg_regress tests (sql/*.sql, expected/*.out); they need a server with
+# shared_preload_libraries = 'esrc', which test/all.sh provides.
+REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --dbname=esrc_regression
+
+# No LLVM bitcode: esrc gains nothing from JIT inlining, and it would need clang.
+override with_llvm := no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+SQL_PARTS = $(sort $(wildcard src/sql/*.sql))
+$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) $(EXTENSION).control
+	( echo '-- esrc $(EXTVERSION) install script, built from src/sql/*.sql by make.'; \
+	  echo '\\echo Use "CREATE EXTENSION esrc" to load this file. \\quit'; \
+	  for f in $(SQL_PARTS); do echo; echo "-- from $$f"; cat $$f; done ) > $@
+
+$(OBJS): src/esrc.h

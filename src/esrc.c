@@ -1,0 +1,144 @@
+/*-------------------------------------------------------------------------
+ *
+ * esrc.c
+ *	  Module entry point: _PG_init, the GUCs and the shared-memory struct.
+ *
+ * esrc must be loaded through shared_preload_libraries: the in-flight
+ * registry that makes read_all() commit-safe (order.c) and the Kafka
+ * forwarder live in shared memory that only the postmaster can allocate.
+ * This file owns EsrcSharedState and hands the inflight[] part of it to
+ * order.c.  GUCs are declared here and nowhere else.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "esrc.h"
+
+PG_MODULE_MAGIC;
+
+/* GUC variables */
+int			esrc_max_event_size = 1024 * 1024;
+
+EsrcSharedState *esrc_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+static void esrc_shmem_request(void);
+static void esrc_shmem_startup(void);
+
+void
+_PG_init(void)
+{
+	/* pg_upgrade loads every library to check it; nothing to set up then */
+	if (IsBinaryUpgrade)
+		return;
+
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("esrc must be loaded via shared_preload_libraries"),
+				 errhint("Add esrc to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	DefineCustomIntVariable("esrc.max_event_size",
+							"Largest accepted size of one event's data plus metadata.",
+							"Appends of larger events fail with SQLSTATE 54000.",
+							&esrc_max_event_size,
+							1024 * 1024,
+							1,
+							MaxAllocSize / 2,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("esrc");
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = esrc_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = esrc_shmem_startup;
+}
+
+static Size
+esrc_shmem_size(void)
+{
+	return add_size(offsetof(EsrcSharedState, inflight),
+					esrc_order_shmem_size());
+}
+
+static void
+esrc_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(esrc_shmem_size());
+}
+
+static void
+esrc_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	esrc_shared = ShmemInitStruct("esrc", esrc_shmem_size(), &found);
+	if (!found)
+	{
+		pg_atomic_init_u32(&esrc_shared->forwarder_procno, 0);
+		esrc_shared->forwarder_dbid = InvalidOid;
+	}
+	esrc_order_shmem_init(found);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Raise a clear error when the shared state is missing.  That happens only
+ * when the library was loaded by binary upgrade mode; _PG_init refuses the
+ * other ways.
+ */
+void
+esrc_require_shared(void)
+{
+	if (esrc_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("esrc shared memory is not initialized"),
+				 errhint("Add esrc to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/*
+ * Catalog lookups.  They go through the syscache, so they are cheap and
+ * never stale: a dropped and re-created extension is found again.
+ */
+Oid
+esrc_schema_oid(void)
+{
+	return get_namespace_oid("esrc", false);
+}
+
+Oid
+esrc_relation_oid(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, esrc_schema_oid());
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("relation \"esrc.%s\" does not exist", relname),
+				 errhint("Run CREATE EXTENSION esrc in this database.")));
+	return relid;
+}

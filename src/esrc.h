@@ -1,0 +1,71 @@
+/*-------------------------------------------------------------------------
+ *
+ * esrc.h
+ *	  Declarations shared by the esrc source files.
+ *
+ * esrc.c owns the module (GUCs, shared memory); order.c owns the
+ * registry of in-flight appends and the safe read horizon; append.c owns
+ * the version-checked write path; read.c owns the read functions.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ESRC_H
+#define ESRC_H
+
+#include "postgres.h"
+
+#include "port/atomics.h"
+#include "storage/latch.h"
+
+/* Limits on names; documented in README.md ("Limits"). */
+#define ESRC_MAX_STREAM_NAME	512		/* bytes */
+#define ESRC_MAX_TYPE_NAME		256		/* bytes */
+
+/* GUC variables (esrc.c) */
+extern int	esrc_max_event_size;
+
+/*
+ * One slot per backend (indexed by PGPROC->pgprocno) in the in-flight
+ * registry.  min_position is 0 when the backend's current transaction has
+ * allocated no event position; otherwise it is a lower bound of the
+ * lowest position the transaction holds (see order.c for the protocol).
+ */
+typedef struct EsrcInflightSlot
+{
+	pg_atomic_uint32 dbid;		/* database of the transaction */
+	pg_atomic_uint64 min_position;	/* 0 = none */
+} EsrcInflightSlot;
+
+/*
+ * The one shared-memory struct of esrc.
+ */
+typedef struct EsrcSharedState
+{
+	/* forwarder: latch to set after a commit that appended (NULL = none) */
+	pg_atomic_uint32 forwarder_procno;	/* pgprocno + 1, 0 = no worker */
+	Oid			forwarder_dbid; /* database the worker serves */
+
+	int			nslots;			/* entries in inflight[] */
+	EsrcInflightSlot inflight[FLEXIBLE_ARRAY_MEMBER];
+} EsrcSharedState;
+
+extern EsrcSharedState *esrc_shared;
+
+/* esrc.c */
+extern void esrc_require_shared(void);
+
+/* order.c */
+extern Size esrc_order_shmem_size(void);
+extern void esrc_order_shmem_init(bool found);
+extern int64 esrc_allocate_position(Oid seqoid);
+extern int64 esrc_safe_position(Oid seqoid);
+
+/* append.c: input checks shared with read.c */
+extern char *esrc_check_name(text *value, const char *what, int maxlen);
+extern char *esrc_stream_category(const char *stream);
+
+/* catalog lookups shared by append.c and read.c */
+extern Oid	esrc_schema_oid(void);
+extern Oid	esrc_relation_oid(const char *relname);
+
+#endif							/* ESRC_H */

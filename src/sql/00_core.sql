@@ -1,0 +1,204 @@
+-- Part of the esrc install script (see Makefile): the event log, appends, reads.
+
+------------------------------------------------------------------------
+-- Roles
+--
+-- Roles are cluster-wide, so another database may have created them
+-- already; DROP EXTENSION leaves them in place.
+------------------------------------------------------------------------
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'esrc_reader') THEN
+        CREATE ROLE esrc_reader NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'esrc_writer') THEN
+        CREATE ROLE esrc_writer NOLOGIN;
+    END IF;
+END
+$roles$;
+GRANT esrc_reader TO esrc_writer;
+
+REVOKE ALL ON SCHEMA esrc FROM PUBLIC;
+GRANT USAGE ON SCHEMA esrc TO esrc_reader;
+
+------------------------------------------------------------------------
+-- The event log
+------------------------------------------------------------------------
+
+-- Global positions.  CACHE 1 is required: order.c relies on nextval()
+-- returning increasing values in call order across sessions.
+CREATE SEQUENCE esrc.position_seq AS bigint MINVALUE 1 CACHE 1 NO CYCLE;
+COMMENT ON SEQUENCE esrc.position_seq IS
+    'Global event positions; handed out by esrc.append under the stream lock.';
+
+CREATE TABLE esrc.events (
+    position    bigint      NOT NULL,
+    stream      text        NOT NULL,
+    version     bigint      NOT NULL CHECK (version >= 0),
+    type        text        NOT NULL,
+    data        jsonb       NOT NULL,
+    metadata    jsonb,
+    id          uuid        NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    category    text        NOT NULL,
+    CONSTRAINT events_pkey PRIMARY KEY (position),
+    CONSTRAINT events_stream_version_key UNIQUE (stream, version),
+    CONSTRAINT events_id_key UNIQUE (id)
+);
+CREATE INDEX events_category_position_idx ON esrc.events (category, position);
+ALTER SEQUENCE esrc.position_seq OWNED BY esrc.events.position;
+COMMENT ON TABLE esrc.events IS
+    'The append-only event log.  Write with esrc.append/esrc.append_batch; UPDATE, DELETE and TRUNCATE are refused.';
+
+-- pg_dump dumps the log and the sequence with the database.
+SELECT pg_catalog.pg_extension_config_dump('esrc.events', '');
+SELECT pg_catalog.pg_extension_config_dump('esrc.position_seq', '');
+
+CREATE TYPE esrc.event AS (
+    position    bigint,
+    stream      text,
+    version     bigint,
+    type        text,
+    data        jsonb,
+    metadata    jsonb,
+    id          uuid,
+    recorded_at timestamptz
+);
+COMMENT ON TYPE esrc.event IS 'One event as returned by the read functions.';
+
+-- Immutability: refuse UPDATE, DELETE and TRUNCATE for everyone.  The
+-- triggers are ENABLE ALWAYS, so session_replication_role does not
+-- bypass them.
+CREATE FUNCTION esrc.events_immutable() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_events_immutable';
+COMMENT ON FUNCTION esrc.events_immutable() IS
+    'Trigger function that refuses every change to stored events.';
+
+CREATE TRIGGER events_immutable BEFORE UPDATE OR DELETE ON esrc.events
+    FOR EACH ROW EXECUTE FUNCTION esrc.events_immutable();
+CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON esrc.events
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.events_immutable();
+ALTER TABLE esrc.events ENABLE ALWAYS TRIGGER events_immutable;
+ALTER TABLE esrc.events ENABLE ALWAYS TRIGGER events_no_truncate;
+
+REVOKE ALL ON esrc.events FROM PUBLIC;
+REVOKE ALL ON SEQUENCE esrc.position_seq FROM PUBLIC;
+GRANT SELECT ON esrc.events TO esrc_reader;
+GRANT SELECT ON SEQUENCE esrc.position_seq TO esrc_reader;
+
+------------------------------------------------------------------------
+-- Appending
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.append(
+    stream text,
+    type text,
+    data jsonb,
+    metadata jsonb DEFAULT NULL,
+    expected_version bigint DEFAULT NULL,
+    id uuid DEFAULT NULL)
+RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_append';
+COMMENT ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid) IS
+    'Append one event to a stream and return the stream''s new version; raises 40001 when expected_version does not match.';
+
+CREATE FUNCTION esrc.append_batch(
+    stream text,
+    events jsonb,
+    expected_version bigint DEFAULT NULL)
+RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_append_batch';
+COMMENT ON FUNCTION esrc.append_batch(text, jsonb, bigint) IS
+    'Append a JSON array of events to a stream atomically with consecutive versions; returns the stream''s new version.';
+
+------------------------------------------------------------------------
+-- Reading
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.stream_version(stream text) RETURNS bigint
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN coalesce((SELECT e.version FROM esrc.events e
+                     WHERE e.stream = stream_version.stream
+                     ORDER BY e.version DESC LIMIT 1), -1);
+COMMENT ON FUNCTION esrc.stream_version(text) IS
+    'The version of the last event of a stream, -1 for a stream with no events.';
+
+CREATE FUNCTION esrc.read_stream(
+    stream text,
+    from_version bigint DEFAULT 0,
+    max_count int DEFAULT NULL)
+RETURNS SETOF esrc.event
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_stream';
+COMMENT ON FUNCTION esrc.read_stream(text, bigint, int) IS
+    'The events of a stream from from_version on, oldest first; at most max_count (null = all).';
+
+CREATE FUNCTION esrc.read_stream_backward(
+    stream text,
+    from_version bigint DEFAULT NULL,
+    max_count int DEFAULT NULL)
+RETURNS SETOF esrc.event
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_stream_backward';
+COMMENT ON FUNCTION esrc.read_stream_backward(text, bigint, int) IS
+    'The events of a stream from from_version (null = the end) back, newest first; at most max_count (null = all).';
+
+CREATE FUNCTION esrc.read_all(
+    after_position bigint DEFAULT 0,
+    max_count int DEFAULT 1000)
+RETURNS SETOF esrc.event
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1000
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_all';
+COMMENT ON FUNCTION esrc.read_all(bigint, int) IS
+    'Committed events of all streams after a global position, in commit-safe position order, up to esrc.safe_position().';
+
+CREATE FUNCTION esrc.read_category(
+    category text,
+    after_position bigint DEFAULT 0,
+    max_count int DEFAULT 1000)
+RETURNS SETOF esrc.event
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1000
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_category';
+COMMENT ON FUNCTION esrc.read_category(text, bigint, int) IS
+    'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order.';
+
+CREATE FUNCTION esrc.safe_position() RETURNS bigint
+    LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_safe_position_sql';
+COMMENT ON FUNCTION esrc.safe_position() IS
+    'The read horizon: every event at or below this position has committed or rolled back; read_all never returns events beyond it.';
+
+CREATE VIEW esrc.streams AS
+    SELECT stream,
+           min(category)    AS category,
+           max(version)     AS version,
+           count(*)         AS event_count,
+           min(recorded_at) AS first_recorded_at,
+           max(recorded_at) AS last_recorded_at
+    FROM esrc.events
+    GROUP BY stream;
+COMMENT ON VIEW esrc.streams IS
+    'One row per stream: its category, current version, number of events and first/last recorded_at.  Scans the whole log.';
+GRANT SELECT ON esrc.streams TO esrc_reader;
+
+------------------------------------------------------------------------
+-- Privileges on functions: nothing for PUBLIC.
+------------------------------------------------------------------------
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA esrc FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid),
+                          esrc.append_batch(text, jsonb, bigint)
+    TO esrc_writer;
+GRANT EXECUTE ON FUNCTION esrc.stream_version(text),
+                          esrc.read_stream(text, bigint, int),
+                          esrc.read_stream_backward(text, bigint, int),
+                          esrc.read_all(bigint, int),
+                          esrc.read_category(text, bigint, int),
+                          esrc.safe_position()
+    TO esrc_reader;

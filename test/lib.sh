@@ -1,0 +1,113 @@
+# test/lib.sh: helpers sourced by the test and demo drivers.
+#
+# PostgreSQL refuses to run as root, and CI runs as root, so servers run as
+# the unprivileged user $ESRC_TEST_USER (created on first use).  Every
+# server gets its own temporary directory and a free port; pg_stop stops it
+# by the pid in its postmaster.pid, never by name.
+
+ESRC_ROOT=${ESRC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+ESRC_TEST_USER=${ESRC_TEST_USER:-esrc}
+ESRC_CACHE=${ESRC_CACHE:-$HOME/.cache/esrc}
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+export ESRC_ROOT ESRC_CACHE PG_BINDIR
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+
+# Run a command as the test user (or as ourselves when we are not root).
+as_test_user() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u "$ESRC_TEST_USER" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# Install what the build and the tests need, once per machine.
+ensure_deps() {
+    local need=()
+    [ -x "$PG_BINDIR/postgres" ]                        || need+=(postgresql-15)
+    [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+    [ -f /usr/include/librdkafka/rdkafka.h ]            || need+=(librdkafka-dev)
+    [ -f /usr/share/perl5/IPC/Run.pm ]                  || need+=(libipc-run-perl)
+    command -v kcat >/dev/null                          || need+=(kcat)
+    command -v make >/dev/null                          || need+=(make)
+    command -v gcc >/dev/null                           || need+=(gcc)
+    command -v java >/dev/null                          || need+=(openjdk-17-jre-headless)
+    command -v mvn >/dev/null                           || need+=(maven)
+    command -v python3 >/dev/null                       || need+=(python3)
+    if [ ${#need[@]} -gt 0 ]; then
+        [ "$(id -u)" = 0 ] || die "missing packages ${need[*]}; install them or run as root"
+        log "installing ${need[*]} (apt-get)"
+        apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
+    fi
+    if [ "$(id -u)" = 0 ] && ! id "$ESRC_TEST_USER" >/dev/null 2>&1; then
+        log "creating user $ESRC_TEST_USER to run test servers"
+        useradd --system --create-home --home-dir "/var/lib/$ESRC_TEST_USER" \
+            --shell /bin/bash "$ESRC_TEST_USER"
+    fi
+}
+
+# Build and install the extension into the server's directories.
+build_install() {
+    log "building esrc"
+    make -C "$ESRC_ROOT" -s >/dev/null
+    if [ "$(id -u)" = 0 ]; then
+        make -C "$ESRC_ROOT" -s install >/dev/null
+    else
+        sudo make -C "$ESRC_ROOT" -s install >/dev/null
+    fi
+}
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# A fresh directory owned by the test user.
+test_tmpdir() {
+    local d
+    d=$(mktemp -d "${TMPDIR:-/tmp}/esrc-${1:-test}.XXXXXX")
+    chmod 755 "$d"
+    [ "$(id -u)" = 0 ] && chown "$ESRC_TEST_USER" "$d"
+    echo "$d"
+}
+
+# pg_start DIR PORT [extra conf lines...]: initdb into DIR/data and start.
+pg_start() {
+    local dir=$1 port=$2
+    shift 2
+    as_test_user "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres \
+        --no-sync -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log"; die "initdb failed"; }
+    {
+        echo "port = $port"
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$dir'"
+        echo "shared_preload_libraries = 'esrc'"
+        echo "max_connections = 60"
+        echo "max_prepared_transactions = 2"
+        echo "log_min_messages = warning"
+        echo "log_line_prefix = '%m [%p] %a '"
+        for line in "$@"; do echo "$line"; done
+    } | as_test_user tee -a "$dir/data/postgresql.conf" >/dev/null
+    as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
+        || { tail -30 "$dir/server.log"; die "server did not start"; }
+}
+
+pg_stop() {
+    local dir=$1 mode=${2:-fast}
+    [ -f "$dir/data/postmaster.pid" ] || return 0
+    as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -m "$mode" -w -t 60 stop >/dev/null 2>&1 || {
+        local pid
+        pid=$(head -1 "$dir/data/postmaster.pid" 2>/dev/null || true)
+        [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    }
+}
+
+pg_restart() {
+    local dir=$1
+    as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 restart >/dev/null \
+        || { tail -30 "$dir/server.log"; die "server did not restart"; }
+}
