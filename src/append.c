@@ -503,7 +503,8 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 				batch_error(index, "\"type\" is not a string", NULL);
 			ev->type = esrc_check_name(cstring_to_text_with_len(val.val.string.val,
 																val.val.string.len),
-									   "event type", ESRC_MAX_TYPE_NAME);
+									   psprintf("event type of event %d", index),
+									   ESRC_MAX_TYPE_NAME);
 		}
 		else if (strcmp(key, "data") == 0)
 			ev->data = value_to_jsonb(&val);
@@ -529,6 +530,13 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 	check_event_size(index, ev->data, ev->metadata);
 }
 
+/* error context while parsing a batch: which element */
+static void
+batch_error_context(void *arg)
+{
+	errcontext("event %d of the batch", *(int *) arg + 1);
+}
+
 /*
  * esrc.append_batch(stream, events jsonb, expected_version)
  */
@@ -539,6 +547,7 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 	Jsonb	   *batch;
 	int			nevents;
 	EventInput *events;
+	ErrorContextCallback errcallback;
 	int			i,
 				j;
 
@@ -560,8 +569,13 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 	check_expected(PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2));
 
 	events = palloc(sizeof(EventInput) * nevents);
+	errcallback.callback = batch_error_context;
+	errcallback.arg = &i;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
 	for (i = 0; i < nevents; i++)
 		parse_batch_event(getIthJsonbValueFromContainer(&batch->root, i), i, &events[i]);
+	error_context_stack = errcallback.previous;
 
 	/* an id given twice would fail at insert time; say so now, clearly */
 	for (i = 0; i < nevents; i++)
