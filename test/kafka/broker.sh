@@ -64,6 +64,15 @@ listen_free() { # PORT: nothing listens on it (TIME_WAIT is fine: Kafka sets SO_
 	fi
 }
 
+wait_ports_free() { # DIR SECONDS: until nothing listens on the ports of DIR
+	local port deadline=$((SECONDS + $2))
+	port="$(cat "$1/port")"
+	until listen_free "$port" && listen_free "$((port + 1))"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
 alive() { # PID: exists and is not a zombie
 	local st
 	kill -0 "$1" 2>/dev/null || return 1
@@ -122,6 +131,10 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 min.insync.replicas=1
+# after a SIGKILL the restarted broker cannot register until the controller
+# has fenced the old incarnation (broker.session.timeout.ms, default 9 s)
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=4000
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
@@ -157,11 +170,10 @@ gen_cluster_id() { # 16 random bytes, base64url without padding (Kafka Uuid)
 }
 
 launch() { # DIR: start the JVM and wait for metadata
-	local dir="$1" port pid t0 deadline
+	local dir="$1" port pid t0 deadline md
 	port="$(cat "$dir/port")"
-	listen_free "$port" || die "port $port is in use"
-	listen_free "$((port + 1))" || die "controller port $((port + 1)) is in use"
-	t0=$SECONDS
+	wait_ports_free "$dir" 5 || die "port $port or $((port + 1)) is in use"
+	t0=$(date +%s%N)
 	# shellcheck disable=SC2086
 	nohup "$JAVA" ${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m} \
 		-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError \
@@ -180,8 +192,11 @@ launch() { # DIR: start the JVM and wait for metadata
 			tail -n 40 "$dir/kafka.log" >&2 || true
 			die "broker exited during startup (log above)"
 		fi
-		if kcat -b "127.0.0.1:$port" -L -m 2 2>/dev/null | grep -q "broker 1 at 127.0.0.1:$port"; then
-			break
+		# the client listener opens only once the broker is unfenced; probe
+		# with kcat only then (kcat on a closed port would wait out -m)
+		if ! listen_free "$port"; then
+			md="$(kcat -b "127.0.0.1:$port" -L -m 5 2>/dev/null || true)"
+			[[ "$md" == *"broker 1 at 127.0.0.1:$port"* ]] && break
 		fi
 		if ((SECONDS >= deadline)); then
 			tail -n 40 "$dir/kafka.log" >&2 || true
@@ -189,9 +204,10 @@ launch() { # DIR: start the JVM and wait for metadata
 			rm -f "$dir/kafka.pid"
 			die "broker did not answer metadata within ${KAFKA_START_TIMEOUT:-60}s (log above)"
 		fi
-		sleep 0.2
+		sleep 0.1
 	done
-	log "ready in $((SECONDS - t0))s"
+	t0=$((($(date +%s%N) - t0) / 1000000))
+	log "ready in $((t0 / 1000)).$(printf %03d $((t0 % 1000)))s"
 }
 
 cmd_start() { # DIR PORT
@@ -241,6 +257,9 @@ stop_pid() { # DIR SIGNAL
 		fi
 		sleep 0.1
 	done
+	# A SIGKILLed JVM's main thread shows as a zombie before its other threads
+	# (and its sockets) are gone: also wait for the listeners to close.
+	wait_ports_free "$dir" 10 || die "ports of $dir still listening after pid $pid exited"
 	rm -f "$dir/kafka.pid"
 	log "stopped pid $pid ($sig)"
 }

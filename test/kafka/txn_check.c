@@ -5,9 +5,11 @@
  * Build:
  *   cc -O2 -Wall -Wextra -o txn_check test/kafka/txn_check.c -lrdkafka
  * Run:
- *   ./txn_check BROKER TOPIC [COMPACTED_TOPIC]
+ *   [TXN_CHECK_DEBUG=eos,protocol] ./txn_check BROKER TOPIC [COMPACTED_TOPIC]
  *     BROKER           e.g. 127.0.0.1:19092
- *     TOPIC            data topic, auto-created by the broker on first produce
+ *     TOPIC            data topic, auto-created by the broker on first produce;
+ *                      use a fresh name per run (the check expects exactly 3
+ *                      committed records in it)
  *     COMPACTED_TOPIC  default TOPIC.pos; created here with the admin API
  *                      (rd_kafka_CreateTopics, cleanup.policy=compact)
  *
@@ -26,7 +28,6 @@
  */
 #include <librdkafka/rdkafka.h>
 
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,10 +56,19 @@ static void set(rd_kafka_conf_t *conf, const char *k, const char *v)
 }
 
 /* Frees and checks a transactional API error object. */
+static double t0;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static void txn_ok(const char *what, rd_kafka_error_t *error)
 {
 	if (!error) {
-		fprintf(stderr, "txn_check: %s: ok\n", what);
+		fprintf(stderr, "txn_check: %s: ok (%.2fs)\n", what, now() - t0);
 		return;
 	}
 	die("%s: %s (%s)%s%s%s", what, rd_kafka_error_string(error),
@@ -122,7 +132,7 @@ static void create_compacted(const char *brokers, const char *topic)
 		die("CreateTopics %s: %s", topic,
 		    rd_kafka_topic_result_error_string(tr[0]));
 	else
-		fprintf(stderr, "txn_check: created compacted topic %s\n", topic);
+		fprintf(stderr, "txn_check: created compacted topic %s (%.2fs)\n", topic, now() - t0);
 
 	rd_kafka_event_destroy(ev);
 	rd_kafka_queue_destroy(q);
@@ -165,6 +175,8 @@ static void transact(const char *brokers, const char *topic,
 	set(conf, "enable.idempotence", "true");
 	set(conf, "acks", "all");
 	set(conf, "linger.ms", "5");
+	if (getenv("TXN_CHECK_DEBUG")) /* e.g. TXN_CHECK_DEBUG=eos,protocol */
+		set(conf, "debug", getenv("TXN_CHECK_DEBUG"));
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
 	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
 	if (!rk)
@@ -271,8 +283,8 @@ static void consume(const char *brokers, const char *topic, const char *ctopic)
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);
 
-	fprintf(stderr, "txn_check: read_committed: %d data record(s), %d position record(s)\n",
-		ndata, npos);
+	fprintf(stderr, "txn_check: read_committed: %d data record(s), %d position record(s) (%.2fs)\n",
+		ndata, npos, now() - t0);
 	if (seen_aborted)
 		die("read_committed consumer saw the aborted record");
 	if (ndata != 3)
@@ -294,6 +306,7 @@ int main(int argc, char **argv)
 	else
 		snprintf(ctopic, sizeof(ctopic), "%s.pos", argv[1 + 1]);
 
+	t0 = now();
 	fprintf(stderr, "txn_check: librdkafka %s, broker %s\n",
 		rd_kafka_version_str(), argv[1]);
 	create_compacted(argv[1], ctopic);
