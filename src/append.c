@@ -74,6 +74,7 @@ typedef struct EventInput
 static SPIPlanPtr head_plan = NULL;
 static SPIPlanPtr ids_plan = NULL;
 static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr insert_many_plan = NULL;
 
 /*
  * Check a stream name, event type or category given as text and return it
@@ -172,7 +173,12 @@ prepare_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*cache == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+		/*
+		 * A generic plan: these queries are simple enough that a custom plan
+		 * per call would only add planning time to every append.
+		 */
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
@@ -336,6 +342,132 @@ lock_stream(const char *stream)
 }
 
 /*
+ * Does expected_version "expected" (not null) accept a stream at "head"?
+ */
+static bool
+expected_matches(int64 expected, int64 head)
+{
+	if (expected == EXPECT_NO_STREAM)
+		return head == -1;
+	if (expected == EXPECT_EXISTS)
+		return head >= 0;
+	return expected == head;
+}
+
+/*
+ * Insert one event at version head + 1, where the head lookup and the
+ * expected-version check are part of the INSERT (one executor run for the
+ * common case).  Returns the new version, or -1 when the expected version
+ * did not match and nothing was inserted.  The stream lock is held, so the
+ * head cannot move between the check and the insert.  The INSERT goes
+ * through SPI so that row triggers on esrc.events (snapshot.c) fire.
+ */
+static int64
+insert_one(Oid seqoid, text *stream, char *category, EventInput *ev,
+		   TimestampTz now, bool expected_isnull, int64 expected)
+{
+	Oid			argtypes[9] = {INT8OID, TEXTOID, INT8OID, TEXTOID, JSONBOID,
+	JSONBOID, UUIDOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[9];
+	char		nulls[9];
+	SPIPlanPtr	plan;
+	bool		isnull;
+	int			rc;
+
+	plan = prepare_plan(&insert_plan,
+						"INSERT INTO esrc.events (position, stream, version, type, data,"
+						" metadata, id, recorded_at, category)"
+						" SELECT $1, $2, h.head + 1, $4, $5, $6, $7, $8, $9"
+						" FROM (SELECT coalesce((SELECT e.version FROM esrc.events e"
+						"  WHERE e.stream = $2 ORDER BY e.version DESC LIMIT 1), -1) AS head OFFSET 0) h"
+						" WHERE $3 IS NULL OR ($3 = -1 AND h.head = -1)"
+						"  OR ($3 = -2 AND h.head >= 0) OR ($3 >= 0 AND h.head = $3)"
+						" RETURNING version",
+						9, argtypes);
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(esrc_allocate_position(seqoid));
+	values[1] = PointerGetDatum(stream);
+	values[2] = Int64GetDatum(expected);
+	nulls[2] = expected_isnull ? 'n' : ' ';
+	values[3] = CStringGetTextDatum(ev->type);
+	values[4] = JsonbPGetDatum(ev->data);
+	values[5] = ev->metadata ? JsonbPGetDatum(ev->metadata) : (Datum) 0;
+	nulls[5] = ev->metadata ? ' ' : 'n';
+	values[6] = ev->id ? UUIDPGetDatum(ev->id)
+		: DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	values[7] = TimestampTzGetDatum(now);
+	values[8] = CStringGetTextDatum(category);
+
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "event insert failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return -1;
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Insert a batch with versions first_version, first_version + 1, ... in one
+ * INSERT ... SELECT FROM unnest(arrays): one executor run instead of one
+ * per event.  Positions are taken in version order before the insert.
+ */
+static void
+insert_many(Oid seqoid, text *stream, char *category, int64 first_version,
+			int nevents, EventInput *events, TimestampTz now)
+{
+	Oid			argtypes[9] = {INT8ARRAYOID, TEXTOID, INT8ARRAYOID, TEXTARRAYOID,
+		JSONBARRAYOID, JSONBARRAYOID, UUIDARRAYOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[9];
+	Datum	   *positions = palloc(sizeof(Datum) * nevents);
+	Datum	   *versions = palloc(sizeof(Datum) * nevents);
+	Datum	   *types = palloc(sizeof(Datum) * nevents);
+	Datum	   *datas = palloc(sizeof(Datum) * nevents);
+	Datum	   *metas = palloc(sizeof(Datum) * nevents);
+	bool	   *metanulls = palloc(sizeof(bool) * nevents);
+	Datum	   *ids = palloc(sizeof(Datum) * nevents);
+	int			dims[1] = {nevents};
+	int			lbs[1] = {1};
+	SPIPlanPtr	plan;
+	int			rc;
+	int			i;
+
+	plan = prepare_plan(&insert_many_plan,
+						"INSERT INTO esrc.events (position, stream, version, type, data,"
+						" metadata, id, recorded_at, category)"
+						" SELECT p, $2, v, t, d, m, i, $8, $9"
+						" FROM unnest($1, $3, $4, $5, $6, $7) AS u(p, v, t, d, m, i)",
+						9, argtypes);
+
+	for (i = 0; i < nevents; i++)
+	{
+		positions[i] = Int64GetDatum(esrc_allocate_position(seqoid));
+		versions[i] = Int64GetDatum(first_version + i);
+		types[i] = CStringGetTextDatum(events[i].type);
+		datas[i] = JsonbPGetDatum(events[i].data);
+		metas[i] = events[i].metadata ? JsonbPGetDatum(events[i].metadata) : (Datum) 0;
+		metanulls[i] = events[i].metadata == NULL;
+		ids[i] = events[i].id ? UUIDPGetDatum(events[i].id)
+			: DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	}
+
+	values[0] = PointerGetDatum(construct_array(positions, nevents, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(stream);
+	values[2] = PointerGetDatum(construct_array(versions, nevents, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = PointerGetDatum(construct_array(types, nevents, TEXTOID, -1, false, TYPALIGN_INT));
+	values[4] = PointerGetDatum(construct_array(datas, nevents, JSONBOID, -1, false, TYPALIGN_INT));
+	values[5] = PointerGetDatum(construct_md_array(metas, metanulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+	values[6] = PointerGetDatum(construct_array(ids, nevents, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[7] = TimestampTzGetDatum(now);
+	values[8] = CStringGetTextDatum(category);
+
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT || SPI_processed != (uint64) nevents)
+		elog(ERROR, "event batch insert failed: %s", SPI_result_code_string(rc));
+}
+
+/*
  * The common append: steps 2-5 of the header comment.  Returns the
  * stream's version after the append.
  */
@@ -349,7 +481,6 @@ append_events(char *stream, int nevents, EventInput *events,
 	int64		head;
 	int64		result;
 	TimestampTz now = GetCurrentTimestamp();
-	int			i;
 
 	esrc_require_shared();
 	seqoid = esrc_relation_oid("position_seq");
@@ -365,58 +496,37 @@ append_events(char *stream, int nevents, EventInput *events,
 		return result;
 	}
 
+	/*
+	 * At REPEATABLE READ and above the snapshot may predate the last append
+	 * to this stream; appending on top of an event the transaction cannot
+	 * see would be a lost update, so fail like PostgreSQL does.
+	 */
+	if (IsolationUsesXactSnapshot())
+	{
+		head = stream_head(stream_text, false);
+		if (stream_head(stream_text, true) != head)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
+							stream),
+					 errhint("Retry the transaction.")));
+	}
+
+	if (nevents == 1)
+	{
+		/* the common case: check and insert in one statement */
+		result = insert_one(seqoid, stream_text, category, &events[0], now,
+							expected_isnull, expected);
+		if (result < 0)
+			raise_version_conflict(stream, expected, stream_head(stream_text, false));
+		SPI_finish();
+		return result;
+	}
+
 	head = stream_head(stream_text, false);
-	if (IsolationUsesXactSnapshot() && stream_head(stream_text, true) != head)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
-						stream),
-				 errhint("Retry the transaction.")));
-
-	if (!expected_isnull)
-	{
-		if ((expected == EXPECT_NO_STREAM && head != -1) ||
-			(expected == EXPECT_EXISTS && head == -1) ||
-			(expected >= 0 && expected != head))
-			raise_version_conflict(stream, expected, head);
-	}
-
-	{
-		Oid			argtypes[9] = {INT8OID, TEXTOID, INT8OID, TEXTOID, JSONBOID,
-		JSONBOID, UUIDOID, TIMESTAMPTZOID, TEXTOID};
-		Datum		values[9];
-		char		nulls[9];
-		SPIPlanPtr	plan;
-
-		plan = prepare_plan(&insert_plan,
-							"INSERT INTO esrc.events (position, stream, version, type, data,"
-							" metadata, id, recorded_at, category)"
-							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-							9, argtypes);
-
-		memset(nulls, ' ', sizeof(nulls));
-		values[1] = PointerGetDatum(stream_text);
-		values[7] = TimestampTzGetDatum(now);
-		values[8] = CStringGetTextDatum(category);
-
-		for (i = 0; i < nevents; i++)
-		{
-			int			rc;
-
-			values[0] = Int64GetDatum(esrc_allocate_position(seqoid));
-			values[2] = Int64GetDatum(head + 1 + i);
-			values[3] = CStringGetTextDatum(events[i].type);
-			values[4] = JsonbPGetDatum(events[i].data);
-			values[5] = events[i].metadata ? JsonbPGetDatum(events[i].metadata) : (Datum) 0;
-			nulls[5] = events[i].metadata ? ' ' : 'n';
-			values[6] = events[i].id ? UUIDPGetDatum(events[i].id)
-				: DirectFunctionCall1(gen_random_uuid, (Datum) 0);
-
-			rc = SPI_execute_plan(plan, values, nulls, false, 0);
-			if (rc != SPI_OK_INSERT)
-				elog(ERROR, "event insert failed: %s", SPI_result_code_string(rc));
-		}
-	}
+	if (!expected_isnull && !expected_matches(expected, head))
+		raise_version_conflict(stream, expected, head);
+	insert_many(seqoid, stream_text, category, head + 1, nevents, events, now);
 
 	SPI_finish();
 	return head + nevents;

@@ -128,7 +128,8 @@ run_read(FunctionCallInfo fcinfo, ReadKind kind, Datum *values, char *nulls,
 
 	if (read_plans[kind] == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(read_sql[kind], nargs, read_argtypes[kind]);
+		SPIPlanPtr	plan = SPI_prepare_cursor(read_sql[kind], nargs, read_argtypes[kind],
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
