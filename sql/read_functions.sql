@@ -35,6 +35,18 @@ SELECT count(*) FROM esrc.read_category('nothing');
 -- the horizon: nothing is in flight here, so it is the last position
 SELECT esrc.safe_position() = (SELECT last_value FROM esrc.position_seq) AS horizon_at_end;
 
+-- who holds the horizon back: nobody now, this session inside a transaction
+-- that appended
+SELECT count(*) AS holders FROM esrc.inflight_appends;
+BEGIN;
+SELECT esrc.append('book-3', 'Added', '{}');
+SELECT pid = pg_backend_pid() AS me, min_position = (SELECT last_value FROM esrc.position_seq) AS my_position,
+       state, xact_age >= interval '0' AS has_age
+FROM esrc.inflight_appends;
+SELECT esrc.safe_position() < (SELECT last_value FROM esrc.position_seq) AS held_back;
+COMMIT;
+SELECT count(*) AS holders FROM esrc.inflight_appends;
+
 -- the composite type is what the functions return
 SELECT (e).stream, (e).version FROM (SELECT esrc.read_stream('shelf-1') e) s;
 

@@ -50,10 +50,12 @@
 #include "access/xact.h"
 #include "commands/sequence.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/tuplestore.h"
 
 #include "esrc.h"
 
@@ -218,4 +220,40 @@ esrc_xact_callback(XactEvent event, void *arg)
 		default:
 			break;
 	}
+}
+
+/*
+ * esrc.inflight_appends_internal(): one row (pid, min_position) per
+ * backend of this database whose open transaction holds event positions,
+ * i.e. per transaction that holds back the read horizon.  A racy but
+ * harmless snapshot of the registry, for monitoring.
+ */
+PG_FUNCTION_INFO_V1(esrc_inflight_appends);
+
+Datum
+esrc_inflight_appends(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+
+	esrc_require_shared();
+	InitMaterializedSRF(fcinfo, 0);
+
+	for (i = 0; i < esrc_shared->nslots; i++)
+	{
+		EsrcInflightSlot *slot = &esrc_shared->inflight[i];
+		uint64		minpos = pg_atomic_read_u64(&slot->min_position);
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		if (minpos == 0)
+			continue;
+		pg_read_barrier();
+		if (pg_atomic_read_u32(&slot->dbid) != MyDatabaseId)
+			continue;
+		values[0] = Int32GetDatum(ProcGlobal->allProcs[i].pid);
+		values[1] = Int64GetDatum((int64) minpos);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

@@ -175,6 +175,21 @@ CREATE FUNCTION esrc.safe_position() RETURNS bigint
 COMMENT ON FUNCTION esrc.safe_position() IS
     'The read horizon: every event at or below this position has committed or rolled back; read_all never returns events beyond it.';
 
+CREATE FUNCTION esrc.inflight_appends_internal(OUT pid integer, OUT min_position bigint)
+RETURNS SETOF record
+    LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_inflight_appends';
+COMMENT ON FUNCTION esrc.inflight_appends_internal() IS
+    'Backends of this database whose open transaction holds event positions (used by esrc.inflight_appends).';
+
+CREATE VIEW esrc.inflight_appends AS
+    SELECT i.pid, i.min_position, a.usename, a.application_name, a.state,
+           a.xact_start, now() - a.xact_start AS xact_age
+    FROM esrc.inflight_appends_internal() i
+    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = i.pid;
+COMMENT ON VIEW esrc.inflight_appends IS
+    'Open transactions that appended events and so hold back esrc.safe_position() until they end.';
+
 CREATE VIEW esrc.streams AS
     SELECT stream,
            min(category)    AS category,
@@ -187,6 +202,7 @@ CREATE VIEW esrc.streams AS
 COMMENT ON VIEW esrc.streams IS
     'One row per stream: its category, current version, number of events and first/last recorded_at.  Scans the whole log.';
 GRANT SELECT ON esrc.streams TO esrc_reader;
+GRANT SELECT ON esrc.inflight_appends TO esrc_reader;
 
 ------------------------------------------------------------------------
 -- Privileges on functions: nothing for PUBLIC.
@@ -200,5 +216,6 @@ GRANT EXECUTE ON FUNCTION esrc.stream_version(text),
                           esrc.read_stream_backward(text, bigint, int),
                           esrc.read_all(bigint, int),
                           esrc.read_category(text, bigint, int),
-                          esrc.safe_position()
+                          esrc.safe_position(),
+                          esrc.inflight_appends_internal()
     TO esrc_reader;
