@@ -40,6 +40,7 @@ PG_FUNCTION_INFO_V1(esrc_read_stream_backward);
 PG_FUNCTION_INFO_V1(esrc_read_all);
 PG_FUNCTION_INFO_V1(esrc_read_category);
 PG_FUNCTION_INFO_V1(esrc_safe_position_sql);
+PG_FUNCTION_INFO_V1(esrc_stream_version);
 
 #define EVENT_COLUMNS \
 	"SELECT position, stream, version, type, data, metadata, id, recorded_at" \
@@ -267,4 +268,42 @@ Datum
 esrc_safe_position_sql(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT64(esrc_safe_position(esrc_relation_oid("position_seq")));
+}
+
+/*
+ * esrc.stream_version(stream): the version of the stream's last event, -1
+ * for a stream with no events.  In C with a cached generic plan: command
+ * handlers call it on every command.  Uses the caller's snapshot rules,
+ * like read_stream.
+ */
+Datum
+esrc_stream_version(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	int64		version = -1;
+	bool		isnull;
+	int			rc;
+
+	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL)
+	{
+		plan = SPI_prepare_cursor("SELECT version FROM esrc.events WHERE stream = $1"
+								  " ORDER BY version DESC LIMIT 1",
+								  1, argtypes, CURSOR_OPT_GENERIC_PLAN);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+	}
+	rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "stream version lookup failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+		version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PG_RETURN_INT64(version);
 }

@@ -118,10 +118,9 @@ COMMENT ON FUNCTION esrc.append_batch(text, jsonb, bigint) IS
 -- Reading
 ------------------------------------------------------------------------
 CREATE FUNCTION esrc.stream_version(stream text) RETURNS bigint
-    LANGUAGE sql STABLE STRICT PARALLEL SAFE
-    RETURN coalesce((SELECT e.version FROM esrc.events e
-                     WHERE e.stream = stream_version.stream
-                     ORDER BY e.version DESC LIMIT 1), -1);
+    LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_stream_version';
 COMMENT ON FUNCTION esrc.stream_version(text) IS
     'The version of the last event of a stream, -1 for a stream with no events.';
 
