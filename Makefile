@@ -13,7 +13,7 @@ EXTRA_CLEAN  = $(EXTENSION)--$(EXTVERSION).sql
 
 PG_CONFIG   ?= pg_config
 PG_CFLAGS    = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror=implicit-function-declaration
-SHLIB_LINK   =
+SHLIB_LINK   = -lrdkafka
 
 # pg_regress tests (sql/*.sql, expected/*.out); they need a server with
 # shared_preload_libraries = 'esrc', which test/all.sh provides.

@@ -7,7 +7,8 @@
  * registry that makes read_all() commit-safe (order.c) and the Kafka
  * forwarder live in shared memory that only the postmaster can allocate.
  * This file owns EsrcSharedState and hands the inflight[] part of it to
- * order.c.  GUCs are declared here and nowhere else.
+ * order.c.  GUCs are declared here, except the forwarder's, which
+ * forwarder.c defines (with its worker) from esrc_forwarder_init().
  *
  *-------------------------------------------------------------------------
  */
@@ -63,6 +64,9 @@ _PG_init(void)
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
+	/* the Kafka forwarder's GUCs and background worker */
+	esrc_forwarder_init();
+
 	MarkGUCPrefixReserved("esrc");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -100,6 +104,7 @@ esrc_shmem_startup(void)
 	{
 		pg_atomic_init_u32(&esrc_shared->forwarder_procno, 0);
 		esrc_shared->forwarder_dbid = InvalidOid;
+		esrc_forwarder_shmem_init();
 	}
 	esrc_order_shmem_init(found);
 	LWLockRelease(AddinShmemInitLock);

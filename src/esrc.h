@@ -5,7 +5,9 @@
  *
  * esrc.c owns the module (GUCs, shared memory); order.c owns the
  * registry of in-flight appends and the safe read horizon; append.c owns
- * the version-checked write path; read.c owns the read functions.
+ * the version-checked write path; read.c owns the read functions;
+ * forwarder.c owns the Kafka forwarder (its GUCs, background worker and
+ * status), with the librdkafka glue in kafka.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,8 +16,10 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
+#include "storage/spin.h"
 
 /* Limits on names; documented in README.md ("Limits"). */
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
@@ -37,6 +41,36 @@ typedef struct EsrcInflightSlot
 } EsrcInflightSlot;
 
 /*
+ * What the Kafka forwarder worker (forwarder.c) publishes for
+ * esrc.forwarder_status and reads from esrc.forwarder_pause()/resume().
+ * Only the worker writes the fields under mutex; any backend reads them
+ * under mutex.  "paused" is written by the SQL functions and read by the
+ * worker.  Strings are NUL-terminated and truncated to fit.
+ */
+#define ESRC_FWD_ERROR_LEN		512
+#define ESRC_FWD_BROKERS_LEN	256
+
+typedef struct EsrcForwarderShared
+{
+	pg_atomic_uint32 paused;	/* 1 = esrc.forwarder_pause() in effect */
+	slock_t		mutex;			/* protects everything below */
+	int			state;			/* EsrcForwarderState (forwarder.c) */
+	int			pid;			/* worker pid, 0 = no worker */
+	TimestampTz state_since;	/* when state last changed */
+	char		detail[ESRC_FWD_ERROR_LEN];	/* why idle/blocked, free text */
+	char		database[NAMEDATALEN];	/* database the worker serves */
+	char		brokers[ESRC_FWD_BROKERS_LEN];	/* the worker's broker list */
+	bool		exactly_once;	/* delivery mode in use */
+	int64		last_position;	/* last forwarded position, -1 = unknown */
+	uint64		delivered_total;	/* records acked since server start */
+	TimestampTz last_delivery_at;	/* 0 = never */
+	char		last_error[ESRC_FWD_ERROR_LEN];	/* "" = none */
+	TimestampTz last_error_at;	/* 0 = never */
+	int64		blocked_position;	/* poison record's position, 0 = none */
+	char		blocked_stream[ESRC_MAX_STREAM_NAME + 1];
+} EsrcForwarderShared;
+
+/*
  * The one shared-memory struct of esrc.
  */
 typedef struct EsrcSharedState
@@ -44,6 +78,7 @@ typedef struct EsrcSharedState
 	/* forwarder: latch to set after a commit that appended (NULL = none) */
 	pg_atomic_uint32 forwarder_procno;	/* pgprocno + 1, 0 = no worker */
 	Oid			forwarder_dbid; /* database the worker serves */
+	EsrcForwarderShared forwarder;	/* status of the worker (forwarder.c) */
 
 	int			nslots;			/* entries in inflight[] */
 	EsrcInflightSlot inflight[FLEXIBLE_ARRAY_MEMBER];
@@ -53,6 +88,10 @@ extern EsrcSharedState *esrc_shared;
 
 /* esrc.c */
 extern void esrc_require_shared(void);
+
+/* forwarder.c */
+extern void esrc_forwarder_init(void);
+extern void esrc_forwarder_shmem_init(void);
 
 /* order.c */
 extern Size esrc_order_shmem_size(void);

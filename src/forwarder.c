@@ -1,0 +1,1538 @@
+/*-------------------------------------------------------------------------
+ *
+ * forwarder.c
+ *	  The Kafka forwarder: its GUCs, the background worker that publishes
+ *	  committed events, and the SQL functions that watch and steer it
+ *	  (esrc.forwarder_status, forwarder_pause/resume).
+ *
+ * One worker per cluster serves the database named by esrc.database.  It
+ * reads events in position order, up to the safe horizon of order.c (so
+ * only committed events, and never one that a later commit could still
+ * precede), in short transactions, and hands each batch to kafka.c.  It
+ * never holds a PostgreSQL transaction or snapshot while it waits for
+ * Kafka.  Appending sessions never wait for it: at commit order.c sets
+ * our latch, which is all the coupling there is.
+ *
+ * Position: the last forwarded position lives where it is committed.  In
+ * exactly_once mode that is the Kafka offsets topic (written in the same
+ * Kafka transaction as the records, see kafka.c); in at_least_once mode
+ * it is the table esrc.forwarder_state, updated after delivery.  The
+ * table also mirrors the Kafka position for esrc.forwarder_status and for
+ * a switch between the modes; at connect we start from the larger of the
+ * two, since neither is ever ahead of what Kafka has.
+ *
+ * Invariants: positions are sent in increasing order and the position
+ * only advances over events that Kafka has (or that an operator skipped
+ * with esrc.forwarder_skip); a record Kafka refuses (poison) stops
+ * everything after it, so no later event overtakes it.
+ *
+ * Failures of Kafka are handled here (state, back-off, retry); errors of
+ * PostgreSQL end the worker (no PG_TRY, as in pg_cron), and the
+ * postmaster starts it again after bgw_restart_time: all progress is in
+ * Kafka or in tables.  Shared state is EsrcSharedState.forwarder (esrc.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "esrc.h"
+#include "kafka.h"
+
+PG_FUNCTION_INFO_V1(esrc_forwarder_worker_status);
+PG_FUNCTION_INFO_V1(esrc_forwarder_pause);
+PG_FUNCTION_INFO_V1(esrc_forwarder_resume);
+
+PGDLLEXPORT void esrc_forwarder_main(Datum main_arg);
+
+/* States shown by esrc.forwarder_status; keep state_names in step. */
+typedef enum EsrcForwarderState
+{
+	FWD_STOPPED = 0,
+	FWD_STARTING,
+	FWD_IDLE,
+	FWD_CONNECTING,
+	FWD_RUNNING,
+	FWD_PAUSED,
+	FWD_DISCONNECTED,
+	FWD_ERROR,
+	FWD_BLOCKED
+} EsrcForwarderState;
+
+static const char *const state_names[] = {
+	"stopped", "starting", "idle", "connecting", "running", "paused",
+	"disconnected", "error", "blocked"
+};
+
+typedef enum EsrcDelivery
+{
+	DELIVERY_EXACTLY_ONCE,
+	DELIVERY_AT_LEAST_ONCE
+} EsrcDelivery;
+
+static const struct config_enum_entry delivery_options[] = {
+	{"exactly_once", DELIVERY_EXACTLY_ONCE, false},
+	{"at_least_once", DELIVERY_AT_LEAST_ONCE, false},
+	{NULL, 0, false}
+};
+
+/* GUC variables */
+static char *esrc_kafka_brokers = NULL;
+static char *esrc_database = NULL;
+static char *esrc_kafka_topic_template = NULL;
+static char *esrc_kafka_offsets_topic = NULL;
+static char *esrc_kafka_properties = NULL;
+static int	esrc_kafka_batch_size = 10000;
+static int	esrc_delivery = DELIVERY_EXACTLY_ONCE;
+
+/*
+ * Largest total size of the strings of one batch.  A batch ends at
+ * esrc.kafka_batch_size events or here, whichever comes first (but holds
+ * at least one event), so the worker's memory stays bounded whatever the
+ * event sizes.
+ */
+#define BATCH_BYTES		(16 * 1024 * 1024)
+
+/* Back-off between failed attempts, doubling from the minimum. */
+#define BACKOFF_MIN_MS	100
+#define BACKOFF_MAX_MS	10000
+
+/* Idle waits: nothing to do, or the horizon held back by open appends. */
+#define IDLE_WAIT_MS	10000
+#define HELD_WAIT_MIN_MS 1
+#define HELD_WAIT_MAX_MS 1000
+#define NO_BROKERS_WAIT_MS 60000
+
+/* In exactly_once mode the table mirror is written at most this often. */
+#define MIRROR_INTERVAL_MS 200
+
+/* Log the same kind of failure again only after this long. */
+#define LOG_REPEAT_MS	60000
+
+/* ----------------------------------------------------------------
+ * GUCs
+ * ----------------------------------------------------------------
+ */
+
+static bool
+check_brokers(char **newval, void **extra, GucSource source)
+{
+	const char *p;
+	bool		empty_entry = true;
+	bool		any = false;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (strlen(*newval) >= 4096)
+	{
+		GUC_check_errdetail("The broker list is longer than 4095 bytes.");
+		return false;
+	}
+	for (p = *newval; *p; p++)
+	{
+		if ((unsigned char) *p < 0x20 || *p == 0x7f)
+		{
+			GUC_check_errdetail("The broker list contains a control character.");
+			return false;
+		}
+		if (*p == ',')
+		{
+			if (empty_entry)
+			{
+				GUC_check_errdetail("The broker list has an empty entry.");
+				return false;
+			}
+			empty_entry = true;
+		}
+		else if (*p != ' ')
+		{
+			empty_entry = false;
+			any = true;
+		}
+	}
+	if (empty_entry && any)
+	{
+		GUC_check_errdetail("The broker list has an empty entry.");
+		return false;
+	}
+	return true;
+}
+
+static bool
+check_database(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+	{
+		GUC_check_errdetail("A database name is required.");
+		return false;
+	}
+	if (strlen(*newval) >= NAMEDATALEN)
+	{
+		GUC_check_errdetail("Database names are at most %d bytes long.", NAMEDATALEN - 1);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The topic of a category: the template with every "{category}" replaced.
+ * Returns false when the template has another "{...}" or "}".
+ */
+static bool
+expand_topic(const char *template, const char *category, char *out, size_t outlen)
+{
+	const char *p = template;
+	size_t		n = 0;
+	size_t		clen = strlen(category);
+
+	while (*p)
+	{
+		if (*p == '{')
+		{
+			if (strncmp(p, "{category}", 10) != 0)
+				return false;
+			if (n + clen < outlen)
+				memcpy(out + n, category, clen);
+			n += clen;
+			p += 10;
+		}
+		else if (*p == '}')
+			return false;
+		else
+		{
+			if (n + 1 < outlen)
+				out[n] = *p;
+			n++;
+			p++;
+		}
+	}
+	if (n >= outlen)
+		n = outlen - 1;			/* too long: the name check refuses it */
+	out[n] = '\0';
+	return true;
+}
+
+static bool
+check_topic_template(char **newval, void **extra, GucSource source)
+{
+	char		sample[512];
+
+	if (*newval == NULL || !expand_topic(*newval, "c", sample, sizeof(sample)))
+	{
+		GUC_check_errdetail("The only placeholder allowed is {category}.");
+		return false;
+	}
+	if (!esrc_kafka_valid_topic_name(sample))
+	{
+		GUC_check_errdetail("Topic names consist of 1 to 249 of the characters a-z, A-Z, 0-9, \".\", \"_\" and \"-\".");
+		return false;
+	}
+	return true;
+}
+
+static bool
+check_offsets_topic(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || !esrc_kafka_valid_topic_name(*newval))
+	{
+		GUC_check_errdetail("Topic names consist of 1 to 249 of the characters a-z, A-Z, 0-9, \".\", \"_\" and \"-\".");
+		return false;
+	}
+	return true;
+}
+
+/* Properties the forwarder sets itself: its guarantees depend on them. */
+static const char *const reserved_properties[] = {
+	"bootstrap.servers", "metadata.broker.list", "transactional.id",
+	"enable.idempotence", "acks", "request.required.acks", "partitioner",
+	"isolation.level", "enable.partition.eof", "enable.auto.commit",
+	"enable.auto.offset.store", "group.id", "allow.auto.create.topics",
+	"log.queue", NULL
+};
+
+static bool
+property_allowed(const char *name, const char *value, void *arg)
+{
+	int			i;
+
+	for (i = 0; reserved_properties[i] != NULL; i++)
+	{
+		if (strcmp(name, reserved_properties[i]) == 0)
+		{
+			GUC_check_errdetail("Property \"%s\" is set by the forwarder and cannot be changed.", name);
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Syntax only: "name=value; ...".  Whether librdkafka knows the names is
+ * checked by the worker, which reports it in esrc.forwarder_status; a
+ * check hook runs in every backend at each reload, and loading
+ * librdkafka's global state there is not worth it.  Never show a value.
+ */
+static bool
+check_properties(char **newval, void **extra, GucSource source)
+{
+	const char *errpos;
+
+	if (*newval == NULL)
+		return true;
+	switch (esrc_kafka_parse_properties(*newval, property_allowed, NULL, &errpos))
+	{
+		case 0:
+			return true;
+		case 1:
+			GUC_check_errdetail("The value is not a list of name=value entries separated by \";\": %s.", errpos);
+			return false;
+		default:
+			return false;		/* property_allowed set the detail */
+	}
+}
+
+/*
+ * Called from _PG_init (shared_preload_libraries): define the GUCs and
+ * register the worker.
+ */
+void
+esrc_forwarder_init(void)
+{
+	BackgroundWorker worker;
+
+	DefineCustomStringVariable("esrc.kafka_brokers",
+							   "Kafka bootstrap servers (host:port, comma separated) the forwarder publishes to.",
+							   "Empty turns forwarding off: events wait in the log.",
+							   &esrc_kafka_brokers,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_brokers, NULL, NULL);
+	DefineCustomStringVariable("esrc.database",
+							   "Database whose events the forwarder publishes.",
+							   "Changing it restarts the forwarder.",
+							   &esrc_database,
+							   "postgres",
+							   PGC_SIGHUP, 0,
+							   check_database, NULL, NULL);
+	DefineCustomStringVariable("esrc.kafka_topic",
+							   "Kafka topic of an event; {category} is replaced by the stream's category.",
+							   NULL,
+							   &esrc_kafka_topic_template,
+							   "esrc.{category}",
+							   PGC_SIGHUP, 0,
+							   check_topic_template, NULL, NULL);
+	DefineCustomStringVariable("esrc.kafka_offsets_topic",
+							   "Compacted Kafka topic where exactly_once mode commits the forwarding position.",
+							   NULL,
+							   &esrc_kafka_offsets_topic,
+							   "esrc.offsets",
+							   PGC_SIGHUP, 0,
+							   check_offsets_topic, NULL, NULL);
+	DefineCustomStringVariable("esrc.kafka_properties",
+							   "Extra librdkafka properties for the forwarder, as name=value entries separated by \";\".",
+							   "Only superusers can see this setting: it may hold passwords.",
+							   &esrc_kafka_properties,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   check_properties, NULL, NULL);
+	DefineCustomIntVariable("esrc.kafka_batch_size",
+							"Most events the forwarder sends in one batch (one Kafka transaction in exactly_once mode).",
+							NULL,
+							&esrc_kafka_batch_size,
+							10000,
+							1,
+							100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomEnumVariable("esrc.delivery",
+							 "Delivery guarantee of the forwarder: exactly_once or at_least_once.",
+							 NULL,
+							 &esrc_delivery,
+							 DELIVERY_EXACTLY_ONCE,
+							 delivery_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_forwarder_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "esrc forwarder");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "esrc forwarder");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* Called by esrc.c when the shared struct is first created. */
+void
+esrc_forwarder_shmem_init(void)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+	memset(f, 0, sizeof(*f));
+	pg_atomic_init_u32(&f->paused, 0);
+	SpinLockInit(&f->mutex);
+	f->state = FWD_STOPPED;
+	f->last_position = -1;
+}
+
+/* ----------------------------------------------------------------
+ * Status in shared memory (worker side)
+ * ----------------------------------------------------------------
+ */
+
+static TimestampTz last_logged_at = 0;
+static int	last_logged_state = -1;
+
+static void
+set_state(EsrcForwarderState state, const char *detail)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+	SpinLockAcquire(&f->mutex);
+	if (f->state != (int) state)
+	{
+		f->state = state;
+		f->state_since = GetCurrentTimestamp();
+	}
+	strlcpy(f->detail, detail ? detail : "", sizeof(f->detail));
+	SpinLockRelease(&f->mutex);
+	pgstat_report_activity(STATE_RUNNING, state_names[state]);
+}
+
+static EsrcForwarderState
+get_state(void)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	int			s;
+
+	SpinLockAcquire(&f->mutex);
+	s = f->state;
+	SpinLockRelease(&f->mutex);
+	return (EsrcForwarderState) s;
+}
+
+/*
+ * Enter a failure state with an error; log it when the state is new or
+ * the last log line is old (a Kafka outage retries every few seconds).
+ */
+static void
+report_failure(EsrcForwarderState state, const char *error, const char *detail)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	TimestampTz now = GetCurrentTimestamp();
+
+	SpinLockAcquire(&f->mutex);
+	strlcpy(f->last_error, error, sizeof(f->last_error));
+	f->last_error_at = now;
+	SpinLockRelease(&f->mutex);
+	set_state(state, detail);
+
+	if (last_logged_state != (int) state ||
+		TimestampDifferenceExceeds(last_logged_at, now, LOG_REPEAT_MS))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("esrc forwarder: %s", error),
+				 detail ? errdetail_internal("%s", detail) : 0));
+		last_logged_state = state;
+		last_logged_at = now;
+	}
+}
+
+static void
+set_blocked(int64 position, const char *stream)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+	SpinLockAcquire(&f->mutex);
+	f->blocked_position = position;
+	strlcpy(f->blocked_stream, stream ? stream : "", sizeof(f->blocked_stream));
+	SpinLockRelease(&f->mutex);
+}
+
+static void
+publish_progress(int64 position, int delivered)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+	SpinLockAcquire(&f->mutex);
+	f->last_position = position;
+	if (delivered > 0)
+	{
+		f->delivered_total += delivered;
+		f->last_delivery_at = GetCurrentTimestamp();
+	}
+	SpinLockRelease(&f->mutex);
+}
+
+/* librdkafka is waiting a long time (kafka.c): show it. */
+static void
+kafka_wait_hook(int64 waited_ms, const char *last_error)
+{
+	if (waited_ms < 1000)
+		return;
+	if (get_state() == FWD_RUNNING)
+	{
+		char		msg[ESRC_FWD_ERROR_LEN];
+
+		snprintf(msg, sizeof(msg), "waiting for Kafka: %s",
+				 last_error[0] ? last_error : "no answer yet");
+		report_failure(FWD_DISCONNECTED, msg, NULL);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * The worker
+ * ----------------------------------------------------------------
+ */
+
+/* What the worker runs with; copied from the GUCs at start and reload. */
+typedef struct FwdConfig
+{
+	char	   *brokers;
+	char	   *properties;
+	char	   *offsets_topic;
+	char	   *topic;
+	bool		exactly_once;
+} FwdConfig;
+
+static FwdConfig cfg;
+static char *served_database = NULL;
+static EsrcKafka *kafka = NULL;
+
+/* progress */
+static char log_id[40];		/* esrc.forwarder_state.log_id, "" = unknown */
+static int64 position = -1;		/* last forwarded; -1 = not yet known */
+static int64 table_position = 0;	/* esrc.forwarder_state.position */
+static bool mirror_dirty = false;
+static bool mirror_now = false; /* write it at the next read */
+static TimestampTz mirror_at = 0;
+
+/* failure handling */
+static int	backoff_ms = 0;
+static TimestampTz retry_at = 0;
+static bool config_refused = false; /* wait for a reload */
+static int64 poison_position = 0;	/* 0 = none */
+
+/* the batch being sent */
+static MemoryContext batch_cxt = NULL;
+static MemoryContext loop_cxt = NULL;	/* reset every turn of the loop */
+static EsrcKafkaRecord *batch = NULL;
+static int	batch_len = 0;
+static int64 batch_bytes = 0;
+static bool horizon_held = false;	/* open appends hold the horizon back */
+
+static void
+copy_config(void)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	if (cfg.brokers)
+	{
+		pfree(cfg.brokers);
+		pfree(cfg.properties);
+		pfree(cfg.offsets_topic);
+		pfree(cfg.topic);
+	}
+	cfg.brokers = pstrdup(esrc_kafka_brokers ? esrc_kafka_brokers : "");
+	cfg.properties = pstrdup(esrc_kafka_properties ? esrc_kafka_properties : "");
+	cfg.offsets_topic = pstrdup(esrc_kafka_offsets_topic);
+	cfg.topic = pstrdup(esrc_kafka_topic_template);
+	cfg.exactly_once = (esrc_delivery == DELIVERY_EXACTLY_ONCE);
+	MemoryContextSwitchTo(old);
+
+	{
+		EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+		SpinLockAcquire(&f->mutex);
+		strlcpy(f->brokers, cfg.brokers, sizeof(f->brokers));
+		f->exactly_once = cfg.exactly_once;
+		SpinLockRelease(&f->mutex);
+	}
+}
+
+static void
+disconnect(void)
+{
+	if (kafka != NULL)
+	{
+		esrc_kafka_destroy(kafka);
+		kafka = NULL;
+	}
+}
+
+static void
+schedule_retry(void)
+{
+	backoff_ms = backoff_ms == 0 ? BACKOFF_MIN_MS : Min(backoff_ms * 2, BACKOFF_MAX_MS);
+	retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backoff_ms);
+}
+
+/* SIGHUP: reload, and start over with Kafka if its settings changed. */
+static void
+reload_config(void)
+{
+	bool		kafka_changed;
+
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+
+	if (served_database != NULL && strcmp(served_database, esrc_database) != 0)
+	{
+		ereport(LOG,
+				(errmsg("esrc forwarder: esrc.database changed from \"%s\" to \"%s\", restarting",
+						served_database, esrc_database)));
+		proc_exit(1);
+	}
+
+	kafka_changed = strcmp(cfg.brokers, esrc_kafka_brokers) != 0 ||
+		strcmp(cfg.properties, esrc_kafka_properties) != 0 ||
+		strcmp(cfg.offsets_topic, esrc_kafka_offsets_topic) != 0 ||
+		cfg.exactly_once != (esrc_delivery == DELIVERY_EXACTLY_ONCE);
+	if (kafka_changed || strcmp(cfg.topic, esrc_kafka_topic_template) != 0)
+	{
+		copy_config();
+		if (kafka_changed)
+		{
+			disconnect();
+			position = -1;		/* learn it again from the authority */
+		}
+		config_refused = false;
+		backoff_ms = 0;
+		retry_at = 0;
+		ereport(LOG,
+				(errmsg("esrc forwarder: configuration reloaded")));
+	}
+}
+
+static void
+forwarder_exit(int code, Datum arg)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+	disconnect();
+	pg_atomic_write_u32(&esrc_shared->forwarder_procno, 0);
+	esrc_shared->forwarder_dbid = InvalidOid;
+	SpinLockAcquire(&f->mutex);
+	f->state = FWD_STOPPED;
+	f->state_since = GetCurrentTimestamp();
+	f->pid = 0;
+	SpinLockRelease(&f->mutex);
+}
+
+/*
+ * Wait for the latch (a commit that appended, pause/resume, SIGHUP) or
+ * the timeout.  Serves librdkafka callbacks first.
+ */
+static void
+wait_latch(long timeout_ms)
+{
+	esrc_kafka_poll(kafka);
+	if (timeout_ms <= 0)
+		return;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/* ce_source: "/esrc/" and the database name, percent-encoded as a URI path. */
+static char *
+make_source(const char *dbname)
+{
+	StringInfoData s;
+	const unsigned char *p;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, "/esrc/");
+	for (p = (const unsigned char *) dbname; *p; p++)
+	{
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+			(*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~')
+			appendStringInfoChar(&s, *p);
+		else
+			appendStringInfo(&s, "%%%02X", *p);
+	}
+	return s.data;
+}
+
+/* ----------------------------------------------------------------
+ * Reading from PostgreSQL
+ * ----------------------------------------------------------------
+ */
+
+static SPIPlanPtr batch_plan = NULL;
+static SPIPlanPtr state_plan = NULL;
+static SPIPlanPtr mirror_plan = NULL;
+
+#define BATCH_SQL \
+	"SELECT e.position, e.stream, e.version, e.type, e.data::text," \
+	" e.metadata::text, e.id::text, e.recorded_at, e.category," \
+	" s.position IS NOT NULL" \
+	" FROM esrc.events e LEFT JOIN esrc.forwarder_skips s ON s.position = e.position" \
+	" WHERE e.position > $1 AND e.position <= $2" \
+	" ORDER BY e.position LIMIT $3"
+
+/* A DestReceiver that copies rows into the batch and stops at BATCH_BYTES. */
+typedef struct BatchReceiver
+{
+	DestReceiver pub;
+	MemoryContext row_cxt;
+	char	  **categories;		/* per record, for the topic */
+} BatchReceiver;
+
+static char *
+copy_text(Datum d, int *len)
+{
+	text	   *t = DatumGetTextPP(d);
+	int			n = VARSIZE_ANY_EXHDR(t);
+	char	   *s = MemoryContextAlloc(batch_cxt, n + 1);
+
+	memcpy(s, VARDATA_ANY(t), n);
+	s[n] = '\0';
+	if (len)
+		*len = n;
+	batch_bytes += n;
+	return s;
+}
+
+/* RFC 3339 in UTC with microseconds: 2024-05-01T12:34:56.789012Z */
+static char *
+format_time(TimestampTz ts)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+	char	   *s = MemoryContextAlloc(batch_cxt, 40);
+
+	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
+	snprintf(s, 40, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
+			 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min,
+			 tm.tm_sec, (int) fsec);
+	return s;
+}
+
+static bool
+batch_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	BatchReceiver *r = (BatchReceiver *) self;
+	EsrcKafkaRecord *rec;
+	MemoryContext old;
+	bool		isnull;
+
+	if (batch_len > 0 && batch_bytes >= BATCH_BYTES)
+		return false;
+
+	old = MemoryContextSwitchTo(r->row_cxt);
+	slot_getallattrs(slot);
+	rec = &batch[batch_len];
+	memset(rec, 0, sizeof(*rec));
+	rec->position = DatumGetInt64(slot->tts_values[0]);
+	rec->stream = copy_text(slot->tts_values[1], &rec->stream_len);
+	rec->version = DatumGetInt64(slot->tts_values[2]);
+	rec->type = copy_text(slot->tts_values[3], NULL);
+	rec->data = copy_text(slot->tts_values[4], &rec->data_len);
+	isnull = slot->tts_isnull[5];
+	rec->metadata = isnull ? NULL : copy_text(slot->tts_values[5], NULL);
+	rec->id = copy_text(slot->tts_values[6], NULL);
+	rec->time = format_time(DatumGetTimestampTz(slot->tts_values[7]));
+	r->categories[batch_len] = copy_text(slot->tts_values[8], NULL);
+	rec->skip = DatumGetBool(slot->tts_values[9]);
+	batch_len++;
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(r->row_cxt);
+	return true;
+}
+
+static void
+batch_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+static void
+batch_shutdown(DestReceiver *self)
+{
+}
+
+static void
+batch_destroy(DestReceiver *self)
+{
+}
+
+static SPIPlanPtr
+prepare(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+/* The last value of the position sequence, 0 if none yet (cf. order.c). */
+static int64
+sequence_last_value(Oid seqoid)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		result;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
+	fcinfo->args[0].isnull = false;
+	result = pg_sequence_last_value(fcinfo);
+	if (fcinfo->isnull)
+		return 0;
+	return DatumGetInt64(result);
+}
+
+typedef enum ReadResult
+{
+	READ_OK,
+	READ_NO_EXTENSION
+} ReadResult;
+
+/*
+ * One short transaction: write the position mirror if due, read the
+ * forwarder's row of esrc.forwarder_state, and, with want_batch, the next
+ * batch of events after "position" up to the safe horizon into batch[].
+ * Never called with a Kafka wait pending.  May ereport(ERROR), which ends
+ * the worker.
+ */
+static ReadResult
+read_log(bool want_batch, char ***categories)
+{
+	Oid			nsp;
+	Oid			seqoid;
+	int			rc;
+	XLogRecPtr	flush_to = InvalidXLogRecPtr;
+	ReadResult	result = READ_OK;
+
+	batch_len = 0;
+	batch_bytes = 0;
+	horizon_held = false;
+	MemoryContextReset(batch_cxt);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "esrc forwarder: reading events");
+
+	nsp = get_namespace_oid("esrc", true);
+	if (!OidIsValid(nsp) ||
+		!OidIsValid(get_relname_relid("forwarder_state", nsp)) ||
+		!OidIsValid(get_relname_relid("forwarder_skips", nsp)))
+	{
+		result = READ_NO_EXTENSION;
+		goto done;
+	}
+	seqoid = get_relname_relid("position_seq", nsp);
+
+	/* the mirror of the position (authority in at_least_once mode) */
+	if (mirror_dirty && log_id[0] != '\0' &&
+		(!cfg.exactly_once || mirror_now ||
+		 TimestampDifferenceExceeds(mirror_at, GetCurrentTimestamp(), MIRROR_INTERVAL_MS)))
+	{
+		Datum		args[2];
+		Oid			types[2] = {INT8OID, TEXTOID};
+
+		if (mirror_plan == NULL)
+			mirror_plan = prepare("UPDATE esrc.forwarder_state SET position = $1, updated_at = now()"
+								  " WHERE log_id = $2::uuid AND position < $1", 2, types);
+		args[0] = Int64GetDatum(position);
+		args[1] = CStringGetTextDatum(log_id);
+		rc = SPI_execute_plan(mirror_plan, args, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "update of esrc.forwarder_state failed: %s", SPI_result_code_string(rc));
+		mirror_dirty = false;
+		mirror_now = false;
+		mirror_at = GetCurrentTimestamp();
+	}
+
+	/* who we are: a new log_id means the extension was created anew */
+	if (state_plan == NULL)
+		state_plan = prepare("SELECT log_id::text, position FROM esrc.forwarder_state", 0, NULL);
+	rc = SPI_execute_plan(state_plan, NULL, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "read of esrc.forwarder_state failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("esrc.forwarder_state must hold exactly one row, it has " UINT64_FORMAT,
+						SPI_processed)));
+	{
+		char	   *id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		bool		isnull;
+
+		table_position = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 2, &isnull));
+		if (strcmp(id, log_id) != 0)
+		{
+			if (log_id[0] != '\0')
+				ereport(LOG,
+						(errmsg("esrc forwarder: the log of database \"%s\" is new (log_id %s), starting from its position " INT64_FORMAT,
+								served_database, id, table_position)));
+			strlcpy(log_id, id, sizeof(log_id));
+			disconnect();
+			position = -1;
+			poison_position = 0;
+			mirror_dirty = false;
+			want_batch = false;
+		}
+	}
+
+	if (want_batch)
+	{
+		int64		horizon = esrc_safe_position(seqoid);
+		int64		last = sequence_last_value(seqoid);
+		BatchReceiver recv;
+		SPIExecuteOptions options;
+		ParamListInfo params;
+		Oid			types[3] = {INT8OID, INT8OID, INT8OID};
+
+		horizon_held = horizon < last;
+		if (batch_plan == NULL)
+			batch_plan = prepare(BATCH_SQL, 3, types);
+
+		params = makeParamList(3);
+		params->params[0].value = Int64GetDatum(position);
+		params->params[1].value = Int64GetDatum(horizon);
+		params->params[2].value = Int64GetDatum((int64) esrc_kafka_batch_size);
+		for (int i = 0; i < 3; i++)
+		{
+			params->params[i].isnull = false;
+			params->params[i].pflags = PARAM_FLAG_CONST;
+			params->params[i].ptype = INT8OID;
+		}
+
+		batch = MemoryContextAlloc(batch_cxt, sizeof(EsrcKafkaRecord) * esrc_kafka_batch_size);
+		*categories = MemoryContextAlloc(batch_cxt, sizeof(char *) * esrc_kafka_batch_size);
+		memset(&recv, 0, sizeof(recv));
+		recv.pub.receiveSlot = batch_receive;
+		recv.pub.rStartup = batch_startup;
+		recv.pub.rShutdown = batch_shutdown;
+		recv.pub.rDestroy = batch_destroy;
+		recv.pub.mydest = DestTuplestore;	/* anything but DestNone: SPI_OK_SELECT */
+		recv.row_cxt = AllocSetContextCreate(CurrentMemoryContext, "esrc batch row",
+											 ALLOCSET_DEFAULT_SIZES);
+		recv.categories = *categories;
+
+		/* a snapshot taken after the horizon, as read_all does (read.c) */
+		memset(&options, 0, sizeof(options));
+		options.params = params;
+		options.read_only = true;
+		options.dest = (DestReceiver *) &recv;
+		PushActiveSnapshot(GetLatestSnapshot());
+		/* every commit this snapshot sees has its commit record before here */
+		flush_to = GetXLogInsertRecPtr();
+		rc = SPI_execute_plan_extended(batch_plan, &options);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "read of esrc.events failed: %s", SPI_result_code_string(rc));
+		PopActiveSnapshot();
+	}
+
+done:
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(loop_cxt);
+
+	/*
+	 * Never publish an event that a crash could still take back: with
+	 * synchronous_commit = off an appender's commit is visible before it
+	 * is durable.  With synchronous commits this returns at once.
+	 */
+	if (batch_len > 0 && flush_to != InvalidXLogRecPtr)
+		XLogFlush(flush_to);
+	return result;
+}
+
+/* ----------------------------------------------------------------
+ * The main loop
+ * ----------------------------------------------------------------
+ */
+
+/* Connect to Kafka and learn where to continue. false on failure. */
+static bool
+connect_kafka(void)
+{
+	EsrcKafkaSettings s;
+	EsrcKafkaStatus status;
+	char		err[ESRC_FWD_ERROR_LEN];
+	char		client_id[64];
+	int64		kafka_position = 0;
+
+	snprintf(client_id, sizeof(client_id), "esrc-%s", log_id);
+	memset(&s, 0, sizeof(s));
+	s.brokers = cfg.brokers;
+	s.properties = cfg.properties;
+	s.exactly_once = cfg.exactly_once;
+	s.client_id = client_id;
+	s.offsets_topic = cfg.offsets_topic;
+	s.database = served_database;
+	s.log_id = log_id;
+	s.source = make_source(served_database);
+
+	set_state(FWD_CONNECTING, NULL);
+	kafka = esrc_kafka_connect(&s, &kafka_position, &status, err, sizeof(err));
+	pfree((char *) s.source);
+	if (kafka == NULL)
+	{
+		if (status == ESRC_KAFKA_CONFIG)
+		{
+			report_failure(FWD_ERROR, err,
+						   "Fix esrc.kafka_brokers or esrc.kafka_properties and reload the configuration.");
+			config_refused = true;
+		}
+		else
+		{
+			report_failure(FWD_DISCONNECTED, err, NULL);
+			schedule_retry();
+		}
+		return false;
+	}
+
+	/* neither the table nor Kafka is ever ahead of what Kafka has */
+	if (cfg.exactly_once)
+		position = Max(kafka_position, table_position);
+	else
+		position = Max(position, table_position);
+	if (position > table_position)
+		mirror_dirty = true;
+	publish_progress(position, 0);
+	backoff_ms = 0;
+	ereport(LOG,
+			(errmsg("esrc forwarder: connected to Kafka at %s (%s), continuing after position " INT64_FORMAT,
+					cfg.brokers, cfg.exactly_once ? "exactly_once" : "at_least_once",
+					position)));
+	set_state(FWD_RUNNING, NULL);
+	last_logged_state = -1;
+	return true;
+}
+
+/*
+ * Look up (creating if need be) the topic of every record; on the first
+ * record whose topic cannot be used, cut the batch there.  Returns the
+ * status of that topic (OK when all are usable).
+ */
+static EsrcKafkaStatus
+resolve_topics(char **categories, int *usable, char *err, size_t errlen)
+{
+	int			i;
+
+	for (i = 0; i < batch_len; i++)
+	{
+		char		name[512];
+		EsrcKafkaStatus st;
+
+		if (!expand_topic(cfg.topic, categories[i], name, sizeof(name)))
+			strlcpy(name, "", sizeof(name));	/* refused by the name check */
+		st = esrc_kafka_topic(kafka, name, &batch[i].topic, err, errlen);
+		if (st != ESRC_KAFKA_OK)
+		{
+			if (batch[i].skip)
+			{
+				/* skipped records are not sent anywhere */
+				batch[i].topic = NULL;
+				continue;
+			}
+			*usable = i;
+			return st;
+		}
+	}
+	*usable = batch_len;
+	return ESRC_KAFKA_OK;
+}
+
+/* Send the batch just read, and account for the outcome. */
+static void
+forward_batch(char **categories)
+{
+	char		err[ESRC_FWD_ERROR_LEN];
+	int			n = batch_len;
+	int			ndone = 0;
+	int			poison = -1;
+	int			usable;
+	EsrcKafkaStatus status;
+	int			delivered = 0;
+	int			i;
+
+	/* no event after a poison record goes before it */
+	if (poison_position > 0)
+	{
+		if (batch[0].position == poison_position)
+			n = 1;
+		else
+			for (i = 0; i < n; i++)
+				if (batch[i].position >= poison_position)
+				{
+					n = i;
+					break;
+				}
+	}
+	batch_len = n;
+
+	status = resolve_topics(categories, &usable, err, sizeof(err));
+	if (status == ESRC_KAFKA_POISON && usable == 0)
+	{
+		poison = 0;
+		ndone = 0;
+	}
+	else if (status != ESRC_KAFKA_OK && usable == 0)
+		;						/* RETRY/FATAL: nothing sent */
+	else
+	{
+		EsrcKafkaStatus topic_status = status;
+		char		topic_err[ESRC_FWD_ERROR_LEN];
+
+		strlcpy(topic_err, err, sizeof(topic_err));
+		status = esrc_kafka_send(kafka, batch, usable, &ndone, &poison, err, sizeof(err));
+		if (status == ESRC_KAFKA_OK && usable < n)
+		{
+			/* everything before the unusable topic went out */
+			status = topic_status;
+			strlcpy(err, topic_err, sizeof(err));
+			if (status == ESRC_KAFKA_POISON)
+				poison = usable;
+		}
+	}
+
+	if (ndone > 0)
+	{
+		for (i = 0; i < ndone; i++)
+			if (!batch[i].skip)
+				delivered++;
+		position = batch[ndone - 1].position;
+		mirror_dirty = true;
+		publish_progress(position, delivered);
+	}
+
+	switch (status)
+	{
+		case ESRC_KAFKA_OK:
+			if (backoff_ms > 0 || get_state() == FWD_DISCONNECTED)
+				ereport(LOG,
+						(errmsg("esrc forwarder: delivering to Kafka again, at position " INT64_FORMAT,
+								position)));
+			backoff_ms = 0;
+			last_logged_state = -1;
+			if (poison_position > 0 && position >= poison_position)
+			{
+				ereport(LOG,
+						(errmsg("esrc forwarder: event at position " INT64_FORMAT " is past, forwarding resumes",
+								poison_position)));
+				poison_position = 0;
+				set_blocked(0, NULL);
+			}
+			if (poison_position == 0)
+				set_state(FWD_RUNNING, NULL);
+			break;
+
+		case ESRC_KAFKA_POISON:
+			{
+				EsrcKafkaRecord *r = &batch[poison];
+				char		detail[ESRC_FWD_ERROR_LEN];
+
+				poison_position = r->position;
+				set_blocked(r->position, r->stream);
+				snprintf(detail, sizeof(detail),
+						 "Nothing after position " INT64_FORMAT " is forwarded until it goes through; retrying with back-off. To give up on it, run SELECT esrc.forwarder_skip(" INT64_FORMAT ").",
+						 r->position, r->position);
+				report_failure(FWD_BLOCKED, err, detail);
+				/* retry at once if records before it remain to be sent */
+				if (poison == ndone)
+					schedule_retry();
+				break;
+			}
+
+		case ESRC_KAFKA_RETRY:
+			report_failure(FWD_DISCONNECTED, err, NULL);
+			schedule_retry();
+			break;
+
+		case ESRC_KAFKA_FATAL:
+		case ESRC_KAFKA_CONFIG:
+			report_failure(FWD_ERROR, err, "The Kafka producer is recreated.");
+			disconnect();
+			if (cfg.exactly_once)
+				position = -1;	/* Kafka knows what was committed */
+			schedule_retry();
+			break;
+	}
+}
+
+/* While blocked: has the operator skipped the poison record? */
+static bool
+poison_skipped(void)
+{
+	bool		skipped = false;
+	Datum		arg = Int64GetDatum(poison_position);
+	Oid			type = INT8OID;
+	int			rc;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_namespace_oid("esrc", true)))
+	{
+		rc = SPI_execute_with_args("SELECT 1 FROM esrc.forwarder_skips WHERE position = $1",
+								   1, &type, &arg, NULL, true, 1);
+		skipped = (rc == SPI_OK_SELECT && SPI_processed > 0);
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(loop_cxt);
+	return skipped;
+}
+
+void
+esrc_forwarder_main(Datum main_arg)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	long		held_wait = HELD_WAIT_MIN_MS;
+	bool		said_no_extension = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	SpinLockAcquire(&f->mutex);
+	f->pid = MyProcPid;
+	f->last_position = -1;
+	f->database[0] = '\0';
+	f->blocked_position = 0;
+	f->blocked_stream[0] = '\0';
+	SpinLockRelease(&f->mutex);
+	set_state(FWD_STARTING, NULL);
+
+	/* our latch: pause/resume set it now, commits once we serve a database */
+	pg_atomic_write_u32(&esrc_shared->forwarder_procno, MyProc->pgprocno + 1);
+	before_shmem_exit(forwarder_exit, (Datum) 0);
+	esrc_kafka_wait_hook = kafka_wait_hook;
+	copy_config();
+
+	/* with no brokers there is nothing to do, not even a database to join */
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			reload_config();
+		if (cfg.brokers[0] != '\0')
+			break;
+		set_state(FWD_IDLE, "esrc.kafka_brokers is empty: events wait in the log.");
+		wait_latch(NO_BROKERS_WAIT_MS);
+	}
+
+	served_database = MemoryContextStrdup(TopMemoryContext, esrc_database);
+	SpinLockAcquire(&f->mutex);
+	strlcpy(f->database, served_database, sizeof(f->database));
+	SpinLockRelease(&f->mutex);
+	set_state(FWD_CONNECTING, NULL);
+	BackgroundWorkerInitializeConnection(served_database, NULL, 0);
+	pgstat_report_appname("esrc forwarder");
+
+	/*
+	 * Our own writes (the position mirror) need not wait for the WAL
+	 * flush: losing the last one in a crash only makes us resume earlier.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	esrc_shared->forwarder_dbid = MyDatabaseId;
+	batch_cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder batch",
+									  ALLOCSET_DEFAULT_SIZES);
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder loop",
+									 ALLOCSET_DEFAULT_SIZES);
+	log_id[0] = '\0';
+	ereport(LOG,
+			(errmsg("esrc forwarder started for database \"%s\" (librdkafka %s)",
+					served_database, esrc_kafka_version())));
+
+	for (;;)
+	{
+		char	  **categories = NULL;
+		bool		want_batch;
+		TimestampTz now;
+		char		msg[256];
+
+		MemoryContextSwitchTo(loop_cxt);
+		MemoryContextReset(loop_cxt);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			reload_config();
+		esrc_kafka_poll(kafka);
+
+		if (pg_atomic_read_u32(&f->paused) != 0)
+		{
+			set_state(FWD_PAUSED, "esrc.forwarder_pause() is in effect; esrc.forwarder_resume() continues.");
+			wait_latch(IDLE_WAIT_MS);
+			continue;
+		}
+		if (cfg.brokers[0] == '\0')
+		{
+			disconnect();
+			position = -1;
+			set_state(FWD_IDLE, "esrc.kafka_brokers is empty: events wait in the log.");
+			wait_latch(NO_BROKERS_WAIT_MS);
+			continue;
+		}
+		if (config_refused)
+		{
+			/* the error is in the status; only a reload can help */
+			wait_latch(NO_BROKERS_WAIT_MS);
+			continue;
+		}
+		now = GetCurrentTimestamp();
+		if (retry_at > now)
+		{
+			long		ms = (long) ((retry_at - now) / 1000) + 1;
+
+			/* while blocked, notice esrc.forwarder_skip() within a second */
+			if (poison_position > 0 && kafka != NULL && poison_skipped())
+				retry_at = 0;
+			else
+				wait_latch(poison_position > 0 ? Min(ms, 1000) : ms);
+			continue;
+		}
+
+		want_batch = (kafka != NULL && position >= 0);
+		if (read_log(want_batch, &categories) == READ_NO_EXTENSION)
+		{
+			disconnect();
+			position = -1;
+			log_id[0] = '\0';
+			if (!said_no_extension)
+				ereport(LOG,
+						(errmsg("esrc forwarder: extension esrc is not installed in database \"%s\", waiting",
+								served_database)));
+			said_no_extension = true;
+			snprintf(msg, sizeof(msg), "Extension esrc is not installed in database \"%s\".",
+					 served_database);
+			set_state(FWD_IDLE, msg);
+			wait_latch(IDLE_WAIT_MS);
+			continue;
+		}
+		said_no_extension = false;
+
+		if (kafka == NULL || position < 0)
+		{
+			if (kafka == NULL)
+				connect_kafka();
+			else
+				position = table_position;	/* cannot happen; be safe */
+			continue;
+		}
+
+		if (batch_len == 0)
+		{
+			if (mirror_dirty)
+			{
+				mirror_now = true;	/* write the mirror now that we are idle */
+				continue;
+			}
+			if (poison_position == 0)
+				set_state(FWD_RUNNING, NULL);
+			if (horizon_held)
+			{
+				/* an open append holds the horizon: look again soon */
+				wait_latch(held_wait);
+				held_wait = Min(held_wait * 2, HELD_WAIT_MAX_MS);
+			}
+			else
+			{
+				held_wait = HELD_WAIT_MIN_MS;
+				wait_latch(IDLE_WAIT_MS);
+			}
+			continue;
+		}
+		held_wait = HELD_WAIT_MIN_MS;
+
+		forward_batch(categories);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+static void
+wake_worker(void)
+{
+	uint32		procno = pg_atomic_read_u32(&esrc_shared->forwarder_procno);
+
+	if (procno != 0)
+		SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
+}
+
+/*
+ * esrc.forwarder_pause(): the worker finishes the batch in hand, then
+ * sends nothing until esrc.forwarder_resume() or a server restart.
+ */
+Datum
+esrc_forwarder_pause(PG_FUNCTION_ARGS)
+{
+	esrc_require_shared();
+	pg_atomic_write_u32(&esrc_shared->forwarder.paused, 1);
+	wake_worker();
+	PG_RETURN_VOID();
+}
+
+Datum
+esrc_forwarder_resume(PG_FUNCTION_ARGS)
+{
+	esrc_require_shared();
+	pg_atomic_write_u32(&esrc_shared->forwarder.paused, 0);
+	wake_worker();
+	PG_RETURN_VOID();
+}
+
+/*
+ * esrc.forwarder_worker_status(): what the worker published, for the view
+ * esrc.forwarder_status.  In a database the worker does not serve, the
+ * state is "inactive" and the worker's other fields are null.
+ */
+Datum
+esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
+{
+	EsrcForwarderShared *f;
+	EsrcForwarderShared copy;
+	TupleDesc	tupdesc;
+	Datum		values[15];
+	bool		nulls[15];
+	char	   *mydb;
+	bool		served;
+	bool		paused;
+	int			i = 0;
+
+	esrc_require_shared();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	f = &esrc_shared->forwarder;
+	SpinLockAcquire(&f->mutex);
+	memcpy(&copy, f, sizeof(copy));
+	SpinLockRelease(&f->mutex);
+	paused = pg_atomic_read_u32(&f->paused) != 0;
+
+	mydb = get_database_name(MyDatabaseId);
+	served = (strcmp(mydb ? mydb : "", esrc_database) == 0);
+	memset(nulls, 0, sizeof(nulls));
+
+	/* state, detail */
+	if (!served)
+	{
+		values[i++] = CStringGetTextDatum("inactive");
+		values[i++] = CStringGetTextDatum(psprintf("The forwarder serves database \"%s\" (esrc.database); events of this database are not forwarded.",
+												   esrc_database));
+	}
+	else
+	{
+		values[i++] = CStringGetTextDatum(state_names[copy.state]);
+		if (copy.detail[0])
+			values[i++] = CStringGetTextDatum(copy.detail);
+		else
+			nulls[i++] = true;
+	}
+	/* database, brokers, delivery: what the server is configured with */
+	values[i++] = CStringGetTextDatum(esrc_database);
+	if (served && copy.pid != 0 && copy.brokers[0])
+		values[i++] = CStringGetTextDatum(copy.brokers);
+	else if (esrc_kafka_brokers && esrc_kafka_brokers[0])
+		values[i++] = CStringGetTextDatum(esrc_kafka_brokers);
+	else
+		nulls[i++] = true;
+	values[i++] = CStringGetTextDatum(served && copy.pid != 0 ?
+									  (copy.exactly_once ? "exactly_once" : "at_least_once") :
+									  (esrc_delivery == DELIVERY_EXACTLY_ONCE ? "exactly_once" : "at_least_once"));
+	values[i++] = BoolGetDatum(paused);
+	/* last_position */
+	if (served && copy.last_position >= 0 && copy.pid != 0)
+		values[i++] = Int64GetDatum(copy.last_position);
+	else
+		nulls[i++] = true;
+	/* delivered_total, last_delivery_at */
+	if (served)
+	{
+		values[i++] = Int64GetDatum((int64) copy.delivered_total);
+		if (copy.last_delivery_at != 0)
+			values[i++] = TimestampTzGetDatum(copy.last_delivery_at);
+		else
+			nulls[i++] = true;
+	}
+	else
+	{
+		nulls[i++] = true;
+		nulls[i++] = true;
+	}
+	/* last_error, last_error_at */
+	if (served && copy.last_error[0])
+	{
+		values[i++] = CStringGetTextDatum(copy.last_error);
+		values[i++] = TimestampTzGetDatum(copy.last_error_at);
+	}
+	else
+	{
+		nulls[i++] = true;
+		nulls[i++] = true;
+	}
+	/* blocked_position, blocked_stream */
+	if (served && copy.blocked_position > 0)
+	{
+		values[i++] = Int64GetDatum(copy.blocked_position);
+		values[i++] = CStringGetTextDatum(copy.blocked_stream);
+	}
+	else
+	{
+		nulls[i++] = true;
+		nulls[i++] = true;
+	}
+	/* pid, state_since */
+	if (served && copy.pid != 0)
+		values[i++] = Int32GetDatum(copy.pid);
+	else
+		nulls[i++] = true;
+	if (served && copy.state_since != 0)
+		values[i++] = TimestampTzGetDatum(copy.state_since);
+	else
+		nulls[i++] = true;
+
+	Assert(i == 15);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

@@ -1,0 +1,97 @@
+/*-------------------------------------------------------------------------
+ *
+ * kafka.h
+ *	  The librdkafka glue used by the forwarder worker (forwarder.c).
+ *
+ * kafka.c hides librdkafka behind a handle (EsrcKafka) that knows how to
+ * connect, learn the last forwarded position, make sure topics exist and
+ * deliver one batch of records, either in one Kafka transaction together
+ * with the position record (exactly once) or with the idempotent producer
+ * (at least once).  Every call is bounded in time and checks for
+ * interrupts while it waits, so it may ereport(FATAL) on SIGTERM; it
+ * never raises an ERROR for a Kafka failure, it returns a status.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ESRC_KAFKA_H
+#define ESRC_KAFKA_H
+
+/* Outcome of an operation on the Kafka side. */
+typedef enum EsrcKafkaStatus
+{
+	ESRC_KAFKA_OK,
+	ESRC_KAFKA_RETRY,			/* transient (unreachable, timeout): try again
+								 * later with the same handle */
+	ESRC_KAFKA_FATAL,			/* the handle is unusable (fenced, fatal
+								 * producer error): destroy it, connect again */
+	ESRC_KAFKA_CONFIG,			/* the configuration is refused: wait for a
+								 * reload */
+	ESRC_KAFKA_POISON			/* one record can never be delivered as it is */
+} EsrcKafkaStatus;
+
+typedef struct EsrcKafka EsrcKafka;
+typedef struct EsrcKafkaTopic EsrcKafkaTopic;
+
+/* What a connection is made with; strings are copied. */
+typedef struct EsrcKafkaSettings
+{
+	const char *brokers;		/* bootstrap.servers */
+	const char *properties;		/* esrc.kafka_properties (secret) */
+	bool		exactly_once;
+	const char *client_id;		/* the forwarder's identity: transactional.id
+								 * and key of its position record */
+	const char *offsets_topic;	/* exactly once: compacted position topic */
+	const char *database;		/* for the position record's value */
+	const char *log_id;			/* ditto */
+	const char *source;			/* ce_source header of every record */
+} EsrcKafkaSettings;
+
+/*
+ * Called between the slices of a long wait (delivery, commit, connect)
+ * with the time waited so far and librdkafka's latest error (may be ""),
+ * so that the worker can show "disconnected" while it waits.  Worker
+ * thread only.
+ */
+typedef void (*EsrcKafkaWaitHook) (int64 waited_ms, const char *last_error);
+extern EsrcKafkaWaitHook esrc_kafka_wait_hook;
+
+/* One event to send. Strings are NUL-terminated; lengths exclude the NUL. */
+typedef struct EsrcKafkaRecord
+{
+	int64		position;
+	int64		version;
+	char	   *stream;
+	int			stream_len;
+	char	   *type;
+	char	   *id;				/* uuid, text form */
+	char	   *time;			/* recorded_at, RFC 3339 UTC */
+	char	   *data;			/* the value: data as JSON text */
+	int			data_len;
+	char	   *metadata;		/* JSON text, NULL when the event has none */
+	EsrcKafkaTopic *topic;		/* from esrc_kafka_topic() */
+	bool		skip;			/* skipped by the operator: do not send */
+	/* written by kafka.c from delivery reports */
+	int			err;			/* rd_kafka_resp_err_t of the report */
+	bool		acked;			/* the broker has the record */
+} EsrcKafkaRecord;
+
+extern int	esrc_kafka_parse_properties(const char *props,
+										bool (*cb) (const char *name, const char *value, void *arg),
+										void *arg, const char **errpos);
+extern bool esrc_kafka_valid_topic_name(const char *name);
+extern const char *esrc_kafka_version(void);
+
+extern EsrcKafka *esrc_kafka_connect(const EsrcKafkaSettings *settings,
+									 int64 *position, EsrcKafkaStatus *status,
+									 char *err, size_t errlen);
+extern void esrc_kafka_destroy(EsrcKafka *k);
+extern void esrc_kafka_poll(EsrcKafka *k);
+extern EsrcKafkaStatus esrc_kafka_topic(EsrcKafka *k, const char *name,
+										EsrcKafkaTopic **topic,
+										char *err, size_t errlen);
+extern EsrcKafkaStatus esrc_kafka_send(EsrcKafka *k, EsrcKafkaRecord *recs,
+									   int nrecs, int *ndone, int *poison,
+									   char *err, size_t errlen);
+extern void esrc_kafka_emit_log(void);
+
+#endif							/* ESRC_KAFKA_H */

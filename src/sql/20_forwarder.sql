@@ -1,0 +1,168 @@
+-- Part of the esrc install script (see Makefile): forwarding events to
+-- Kafka (src/forwarder.c, src/kafka.c, docs/forwarder.md).
+
+------------------------------------------------------------------------
+-- The forwarder's state
+------------------------------------------------------------------------
+
+-- One row.  log_id names this event log: the forwarder's Kafka identity
+-- (transactional.id and position record key "esrc-<log_id>") derives
+-- from it, so a dropped and re-created extension, whose positions start
+-- again at 1, is a new log to Kafka and is not mistaken for the old one.
+CREATE TABLE esrc.forwarder_state (
+    singleton   boolean     NOT NULL DEFAULT true,
+    log_id      uuid        NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+    position    bigint      NOT NULL DEFAULT 0 CHECK (position >= 0),
+    updated_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT forwarder_state_pkey PRIMARY KEY (singleton),
+    CONSTRAINT forwarder_state_singleton CHECK (singleton)
+);
+INSERT INTO esrc.forwarder_state DEFAULT VALUES;
+COMMENT ON TABLE esrc.forwarder_state IS
+    'The Kafka forwarder''s one row: the identity of this log (log_id) and the last forwarded position (the authority in at_least_once mode, a mirror of the Kafka offsets topic in exactly_once mode).';
+COMMENT ON COLUMN esrc.forwarder_state.log_id IS
+    'Identity of this event log in Kafka: transactional.id and position record key are esrc-<log_id>.';
+COMMENT ON COLUMN esrc.forwarder_state.position IS
+    'Last forwarded position as of updated_at; never ahead of what Kafka has.';
+REVOKE ALL ON esrc.forwarder_state FROM PUBLIC;
+GRANT SELECT ON esrc.forwarder_state TO esrc_reader;
+
+-- Events an operator gave up on (esrc.forwarder_skip): never sent.
+CREATE TABLE esrc.forwarder_skips (
+    position    bigint      NOT NULL,
+    stream      text        NOT NULL,
+    reason      text,
+    skipped_by  name        NOT NULL DEFAULT current_user,
+    skipped_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT forwarder_skips_pkey PRIMARY KEY (position)
+);
+COMMENT ON TABLE esrc.forwarder_skips IS
+    'Events the Kafka forwarder does not send, recorded by esrc.forwarder_skip(); the events stay in esrc.events.';
+REVOKE ALL ON esrc.forwarder_skips FROM PUBLIC;
+GRANT SELECT ON esrc.forwarder_skips TO esrc_reader;
+
+------------------------------------------------------------------------
+-- Watching and steering the forwarder
+------------------------------------------------------------------------
+
+CREATE FUNCTION esrc.forwarder_worker_status(
+    OUT state text,
+    OUT detail text,
+    OUT database text,
+    OUT brokers text,
+    OUT delivery text,
+    OUT paused boolean,
+    OUT last_position bigint,
+    OUT delivered_total bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT blocked_position bigint,
+    OUT blocked_stream text,
+    OUT pid int,
+    OUT state_since timestamptz)
+RETURNS record
+    LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED
+    AS 'MODULE_PATHNAME', 'esrc_forwarder_worker_status';
+COMMENT ON FUNCTION esrc.forwarder_worker_status() IS
+    'What the Kafka forwarder worker publishes in shared memory; use the view esrc.forwarder_status.';
+
+CREATE VIEW esrc.forwarder_status AS
+    SELECT w.state,
+           w.detail,
+           w.database,
+           w.brokers,
+           w.delivery,
+           w.paused,
+           p.last_position,
+           (SELECT count(*)
+              FROM esrc.events e
+             WHERE e.position > p.last_position
+               AND e.position <= h.safe_position
+               AND NOT EXISTS (SELECT 1 FROM esrc.forwarder_skips s
+                               WHERE s.position = e.position)) AS events_pending,
+           (SELECT greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - e.recorded_at))::double precision
+              FROM esrc.events e
+             WHERE e.position > p.last_position
+               AND e.position <= h.safe_position
+             ORDER BY e.position
+             LIMIT 1) AS lag_seconds,
+           w.delivered_total,
+           w.last_delivery_at,
+           w.last_error,
+           w.last_error_at,
+           w.blocked_position,
+           w.blocked_stream,
+           w.pid,
+           w.state_since
+      FROM esrc.forwarder_worker_status() w,
+           LATERAL (SELECT coalesce(w.last_position,
+                                    (SELECT fs.position FROM esrc.forwarder_state fs))
+                           AS last_position) p,
+           LATERAL (SELECT esrc.safe_position() AS safe_position) h;
+COMMENT ON VIEW esrc.forwarder_status IS
+    'One row: the Kafka forwarder''s state, configuration (never esrc.kafka_properties), progress, events pending, lag in seconds of the oldest pending event, and its last error.';
+COMMENT ON COLUMN esrc.forwarder_status.state IS
+    'stopped, starting, idle (no brokers or no extension), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), or inactive (this database is not esrc.database).';
+COMMENT ON COLUMN esrc.forwarder_status.last_position IS
+    'Last forwarded position: the worker''s own when it serves this database, else esrc.forwarder_state.position.';
+COMMENT ON COLUMN esrc.forwarder_status.events_pending IS
+    'Committed events after last_position up to esrc.safe_position(), not counting skipped ones.';
+COMMENT ON COLUMN esrc.forwarder_status.lag_seconds IS
+    'Seconds since the oldest pending event was recorded; null when nothing is pending.';
+COMMENT ON COLUMN esrc.forwarder_status.delivered_total IS
+    'Records Kafka acknowledged since the server started.';
+COMMENT ON COLUMN esrc.forwarder_status.blocked_position IS
+    'Position of the event Kafka refuses (state blocked); see esrc.forwarder_skip().';
+GRANT SELECT ON esrc.forwarder_status TO esrc_reader;
+
+CREATE FUNCTION esrc.forwarder_pause() RETURNS void
+    LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_forwarder_pause';
+COMMENT ON FUNCTION esrc.forwarder_pause() IS
+    'Stop forwarding after the batch in hand, until esrc.forwarder_resume() or a server restart; appends are not affected.';
+
+CREATE FUNCTION esrc.forwarder_resume() RETURNS void
+    LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_forwarder_resume';
+COMMENT ON FUNCTION esrc.forwarder_resume() IS
+    'Undo esrc.forwarder_pause(): the forwarder continues where it stopped.';
+
+CREATE FUNCTION esrc.forwarder_skip(event_position bigint, reason text DEFAULT NULL)
+RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $skip$
+DECLARE
+    v_stream text;
+BEGIN
+    IF forwarder_skip.event_position IS NULL THEN
+        RAISE EXCEPTION 'event_position must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT e.stream INTO v_stream
+      FROM esrc.events e WHERE e.position = forwarder_skip.event_position;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'there is no event at position %', forwarder_skip.event_position
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF forwarder_skip.event_position <= (SELECT fs.position FROM esrc.forwarder_state fs) THEN
+        RAISE EXCEPTION 'the event at position % has already been forwarded', forwarder_skip.event_position
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    INSERT INTO esrc.forwarder_skips (position, stream, reason)
+    VALUES (forwarder_skip.event_position, v_stream, forwarder_skip.reason)
+    ON CONFLICT ON CONSTRAINT forwarder_skips_pkey DO NOTHING;
+END
+$skip$;
+COMMENT ON FUNCTION esrc.forwarder_skip(bigint, text) IS
+    'Give up on forwarding one event (a poison record the forwarder is blocked on): it is recorded in esrc.forwarder_skips and never sent; later events follow.';
+
+-- Steering is for the extension owner only (REVOKE above ran before
+-- these functions existed); the status is for readers.
+REVOKE ALL ON FUNCTION esrc.forwarder_worker_status(),
+                       esrc.forwarder_pause(),
+                       esrc.forwarder_resume(),
+                       esrc.forwarder_skip(bigint, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.forwarder_worker_status() TO esrc_reader;
