@@ -134,5 +134,5 @@ SELECT count(*) AS definitions FROM esrc.snapshots WHERE category = 'snapother';
 SELECT esrc.append('snapother-1', 'Noise', '{}');
 
 SELECT esrc.drop_snapshot('snap_accounts');
-SELECT count(*) AS definitions_left FROM esrc.snapshots;
+SELECT count(*) AS definitions_left FROM esrc.snapshots WHERE category LIKE 'snap%';
 DROP FUNCTION snap_count(jsonb, esrc.event);

@@ -416,7 +416,11 @@ lookup_reducer(const char *signature)
 /*
  * Enter the context reducers run in: a GUC nest level with search_path
  * pinned.  Returns the nest level for leave_reducer_gucs(), which is only
- * called on success (an error unwinds the level with the transaction).
+ * called on success (an error unwinds the level with the transaction) and
+ * undoes every setting made since, even a plain SET, as REFRESH
+ * MATERIALIZED VIEW does for the functions it runs.  call_reducer() adds a
+ * level of its own around each call, so that what one reducer sets never
+ * reaches another reducer (possibly of another owner).
  */
 static int
 enter_reducer_gucs(void)
@@ -433,7 +437,7 @@ enter_reducer_gucs(void)
 static void
 leave_reducer_gucs(int level)
 {
-	AtEOXact_GUC(true, level);
+	AtEOXact_GUC(false, level);
 }
 
 /* ----------------------------------------------------------------
@@ -808,10 +812,12 @@ call_reducer(SnapshotDef *def, Datum state, Datum event)
 	Datum		result;
 	Oid			save_userid;
 	int			save_sec_context;
+	int			gucs;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
+	gucs = NewGUCNestLevel();
 
 	InitFunctionCallInfoData(*fcinfo, &def->flinfo, 2, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = state;
@@ -820,7 +826,11 @@ call_reducer(SnapshotDef *def, Datum state, Datum event)
 	fcinfo->args[1].isnull = false;
 	result = FunctionCallInvoke(fcinfo);
 
-	/* on error, the caller's PG_FINALLY (or subtransaction abort) restores */
+	/*
+	 * On error, the caller's PG_FINALLY restores the user and the
+	 * (sub)transaction abort the settings.
+	 */
+	AtEOXact_GUC(false, gucs);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 
 	if (fcinfo->isnull)
