@@ -132,7 +132,7 @@ CREATE FUNCTION snapr_nested(state jsonb, event esrc.event) RETURNS jsonb
     LANGUAGE plpgsql AS $$
 BEGIN
     IF event.type = 'Append' THEN
-        PERFORM esrc.append('snapnone-1', 'FromReducer', '{}');
+        PERFORM esrc.append('snaprnone-1', 'FromReducer', '{}');
     ELSIF event.type = 'Load' THEN
         PERFORM esrc.load('snapr_nested', event.stream);
     END IF;
@@ -142,7 +142,7 @@ $$;
 SELECT esrc.create_snapshot('snapr_nested', 'snapnest', 'snapr_nested(jsonb, esrc.event)');
 SELECT * FROM pg_temp.try($$SELECT esrc.append('snapnest-1', 'Append', '{}')$$);
 SELECT * FROM pg_temp.try($$SELECT esrc.append('snapnest-1', 'Load', '{}')$$);
-SELECT esrc.stream_version('snapnone-1') AS appended_by_reducer, esrc.stream_version('snapnest-1') AS v;
+SELECT esrc.stream_version('snaprnone-1') AS appended_by_reducer, esrc.stream_version('snapnest-1') AS v;
 SELECT esrc.append('snapnest-1', 'Other', '{}');
 SELECT esrc.drop_snapshot('snapr_nested');
 
@@ -154,7 +154,7 @@ SELECT esrc.create_snapshot('snapr_last', 'snapr', 'snapr_last(jsonb, esrc.event
 SELECT * FROM pg_temp.try($$DROP FUNCTION snapr_last(jsonb, esrc.event)$$);
 ALTER FUNCTION snapr_last(jsonb, esrc.event) RENAME TO snapr_renamed;
 SELECT * FROM pg_temp.try($$SELECT esrc.append('snapr-1', 'Fine', '{}')$$);
-SELECT esrc.append('snapnone-1', 'Unaffected', '{}');
+SELECT esrc.append('snaprnone-1', 'Unaffected', '{}');
 SELECT * FROM pg_temp.try($$SELECT * FROM esrc.snapshot_at('snapr_last', 'snapr-1', 0)$$);
 ALTER FUNCTION snapr_renamed(jsonb, esrc.event) RENAME TO snapr_last;
 SELECT esrc.append('snapr-1', 'Fine', '{}');
