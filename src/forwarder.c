@@ -37,6 +37,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
@@ -45,6 +46,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "portability/instr_time.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -799,6 +801,24 @@ prepare(const char *sql, int nargs, Oid *argtypes)
 	return plan;
 }
 
+/*
+ * The end of the WAL inserted so far, as a position XLogFlush() accepts:
+ * the insert position, or the start of its page when it points just past
+ * a page header (nothing of the page is written yet, and XLogFlush would
+ * refuse a position it cannot reach).
+ */
+static XLogRecPtr
+wal_end_of_inserted(void)
+{
+	XLogRecPtr	ptr = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(ptr, wal_segment_size) == SizeOfXLogLongPHD)
+		ptr -= SizeOfXLogLongPHD;
+	else if (ptr % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		ptr -= SizeOfXLogShortPHD;
+	return ptr;
+}
+
 /* The last value of the position sequence, 0 if none yet (cf. order.c). */
 static int64
 sequence_last_value(Oid seqoid)
@@ -955,7 +975,7 @@ read_log(bool want_batch, char ***categories)
 		options.dest = (DestReceiver *) &recv;
 		PushActiveSnapshot(GetLatestSnapshot());
 		/* every commit this snapshot sees has its commit record before here */
-		flush_to = GetXLogInsertRecPtr();
+		flush_to = wal_end_of_inserted();
 		rc = SPI_execute_plan_extended(batch_plan, &options);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "read of esrc.events failed: %s", SPI_result_code_string(rc));
@@ -1194,6 +1214,45 @@ forward_batch(char **categories)
 	}
 }
 
+/*
+ * Batch statistics, logged at DEBUG1 every 10 s while the worker sends:
+ * how many batches, how large, and where the time goes (PostgreSQL read
+ * versus Kafka delivery).
+ */
+static struct
+{
+	int64		batches;
+	int64		events;
+	double		read_ms;
+	double		send_ms;
+	instr_time	since;
+} stats;
+
+static void
+account_batch(int n, instr_time t0, instr_time t1, instr_time t2)
+{
+	instr_time	now = t2;
+
+	if (INSTR_TIME_IS_ZERO(stats.since))
+		stats.since = t0;
+	stats.batches++;
+	stats.events += n;
+	INSTR_TIME_SUBTRACT(t2, t1);
+	INSTR_TIME_SUBTRACT(t1, t0);
+	stats.read_ms += INSTR_TIME_GET_MILLISEC(t1);
+	stats.send_ms += INSTR_TIME_GET_MILLISEC(t2);
+	INSTR_TIME_SUBTRACT(now, stats.since);
+	if (INSTR_TIME_GET_MILLISEC(now) >= 10000)
+	{
+		ereport(DEBUG1,
+				(errmsg("esrc forwarder: " INT64_FORMAT " batches, " INT64_FORMAT " events in %.1f s; per batch: %.1f events, read %.2f ms, send %.2f ms",
+						stats.batches, stats.events, INSTR_TIME_GET_MILLISEC(now) / 1000.0,
+						(double) stats.events / stats.batches,
+						stats.read_ms / stats.batches, stats.send_ms / stats.batches)));
+		memset(&stats, 0, sizeof(stats));
+	}
+}
+
 /* While blocked: has the operator skipped the poison record? */
 static bool
 poison_skipped(void)
@@ -1290,9 +1349,13 @@ esrc_forwarder_main(Datum main_arg)
 		bool		want_batch;
 		TimestampTz now;
 		char		msg[256];
+		instr_time	t_turn;
+		instr_time	t_read_done;
+		instr_time	t_sent;
 
 		MemoryContextSwitchTo(loop_cxt);
 		MemoryContextReset(loop_cxt);
+		INSTR_TIME_SET_CURRENT(t_turn);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 			reload_config();
@@ -1383,7 +1446,10 @@ esrc_forwarder_main(Datum main_arg)
 		}
 		held_wait = HELD_WAIT_MIN_MS;
 
+		INSTR_TIME_SET_CURRENT(t_read_done);
 		forward_batch(categories);
+		INSTR_TIME_SET_CURRENT(t_sent);
+		account_batch(batch_len, t_turn, t_read_done, t_sent);
 	}
 }
 

@@ -60,25 +60,40 @@
 #define QUEUE_FULL_BUDGET_MS 30000
 
 #define MAX_TOPIC_NAME		249		/* Kafka's limit */
+#define MAX_PRODUCERS		2
 #define MAX_CACHED_TOPICS	1024
 
 struct EsrcKafkaTopic
 {
 	char		name[MAX_TOPIC_NAME + 1];	/* hash key */
-	rd_kafka_topic_t *rkt;
+	rd_kafka_topic_t *rkt[MAX_PRODUCERS];	/* one per producer */
 	bool		exists;			/* seen in metadata or created by us */
 };
 
+/*
+ * Exactly once uses two transactional producers in turn ("esrc-<log>-0"
+ * and "-1"), each transaction beginning only after the previous one's
+ * commit returned.  After a commit the coordinator still writes the
+ * transaction markers, and a new transaction of the same producer that
+ * comes too soon is refused (CONCURRENT_TRANSACTIONS) and retried by
+ * librdkafka 20 ms later; the other producer is not affected.  Order is
+ * kept because transactions never overlap: every record of transaction
+ * k+1 is appended after every record of k.
+ */
 struct EsrcKafka
 {
-	rd_kafka_t *rk;
+	rd_kafka_t *rk;				/* the producer in turn: rks[cur] */
+	rd_kafka_t *rks[MAX_PRODUCERS];
+	int			nrk;
+	int			cur;
 	bool		exactly_once;
 	char	   *client_id;
 	char	   *source;			/* ce_source */
 	char	   *position_prefix;	/* value of the position record up to N */
 	char	   *brokers;
 	char	   *properties;
-	rd_kafka_topic_t *offsets_rkt;
+	rd_kafka_topic_t *offsets_rkt;	/* of the producer in turn */
+	rd_kafka_topic_t *offsets_rkts[MAX_PRODUCERS];
 	HTAB	   *topics;
 	MemoryContext cxt;
 };
@@ -97,7 +112,7 @@ static int	dr_position_err;
 static bool dr_position_acked;
 
 /* The ring buffer of log lines from librdkafka threads. */
-#define LOG_RING		64
+#define LOG_RING		1024
 #define LOG_LINE		400
 
 typedef struct LogLine
@@ -112,6 +127,7 @@ static int	log_first = 0;
 static int	log_count = 0;
 static int	log_dropped = 0;
 static char last_error[LOG_LINE];	/* latest error_cb text, under log_lock */
+static int	log_max_level = 4;	/* 7 when esrc.kafka_properties sets debug */
 
 EsrcKafkaWaitHook esrc_kafka_wait_hook = NULL;
 
@@ -144,8 +160,15 @@ log_push(int level, const char *fmt,...)
 static void
 log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
-	/* 0-4: emerg .. warning; 5+ is notice/info/debug */
-	if (level <= 4)
+	/*
+	 * 0-4: emerg .. warning; 5+ is notice/info/debug.  The user's producer
+	 * properties also go to the consumer that reads the position, which
+	 * says it ignores them: not worth a log line.
+	 */
+	if (strcmp(fac, "CONFWARN") == 0 &&
+		strstr(buf, "is a producer property and will be ignored") != NULL)
+		return;
+	if (level <= log_max_level)
 		log_push(level, "%s: %s", fac, buf);
 }
 
@@ -366,6 +389,10 @@ conf_set_cb(const char *name, const char *value, void *arg)
 	char		ignored[512];
 	rd_kafka_conf_res_t res;
 
+	/* librdkafka's debug contexts: pass their output to the server log */
+	if (strcmp(name, "debug") == 0 && value[0] != '\0')
+		log_max_level = 7;
+
 	res = rd_kafka_conf_set(a->conf, name, value, ignored, sizeof(ignored));
 	if (res == RD_KAFKA_CONF_OK)
 		return true;
@@ -411,10 +438,14 @@ build_conf(EsrcKafka *k, ConfKind kind, char *err, size_t errlen)
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	const char *errpos;
 	ConfArg		arg;
+	char		txn_id[128];
+
+	log_max_level = 4;
 
 	if (!conf_set(conf, "bootstrap.servers", k->brokers, err, errlen) ||
 		!conf_set(conf, "client.id", "esrc-forwarder", err, errlen) ||
-		!conf_set(conf, "log.queue", "true", err, errlen))
+		!conf_set(conf, "log.queue", "true", err, errlen) ||
+		!conf_set(conf, "socket.nagle.disable", "true", err, errlen))
 		goto fail;
 	if (kind == CONF_PRODUCER)
 	{
@@ -446,8 +477,9 @@ build_conf(EsrcKafka *k, ConfKind kind, char *err, size_t errlen)
 			!conf_set(conf, "partitioner", "murmur2_random", err, errlen) ||
 			!conf_set(conf, "allow.auto.create.topics", "false", err, errlen))
 			goto fail;
+		snprintf(txn_id, sizeof(txn_id), "%s-%d", k->client_id, k->nrk);
 		if (k->exactly_once &&
-			!conf_set(conf, "transactional.id", k->client_id, err, errlen))
+			!conf_set(conf, "transactional.id", txn_id, err, errlen))
 			goto fail;
 		rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
 	}
@@ -605,11 +637,11 @@ create_topic(EsrcKafka *k, const char *name, int partitions, bool compacted,
 	if (compacted)
 		rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
 
-	opts = rd_kafka_AdminOptions_new(k->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+	opts = rd_kafka_AdminOptions_new(k->rks[0], RD_KAFKA_ADMIN_OP_CREATETOPICS);
 	rd_kafka_AdminOptions_set_request_timeout(opts, ADMIN_MS, errstr, sizeof(errstr));
 	rd_kafka_AdminOptions_set_operation_timeout(opts, ADMIN_MS, errstr, sizeof(errstr));
-	q = rd_kafka_queue_new(k->rk);
-	rd_kafka_CreateTopics(k->rk, &nt, 1, opts, q);
+	q = rd_kafka_queue_new(k->rks[0]);
+	rd_kafka_CreateTopics(k->rks[0], &nt, 1, opts, q);
 
 	INSTR_TIME_SET_CURRENT(start);
 	while (ev == NULL)
@@ -726,6 +758,16 @@ topic_metadata(EsrcKafka *k, rd_kafka_t *rk, rd_kafka_topic_t *rkt,
 	return status;
 }
 
+static void
+topic_destroy(EsrcKafka *k, EsrcKafkaTopic *t)
+{
+	int			i;
+
+	for (i = 0; i < k->nrk; i++)
+		if (t->rkt[i] != NULL)
+			rd_kafka_topic_destroy(t->rkt[i]);
+}
+
 /*
  * Make sure a topic exists, creating it with the broker's default
  * partition count and replication factor, and return its cached handle.
@@ -742,6 +784,7 @@ esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
 	int			partitions;
 	bool		missing;
 	EsrcKafkaStatus status;
+	int			i;
 
 	*topic = NULL;
 	if (!esrc_kafka_valid_topic_name(name))
@@ -771,23 +814,27 @@ esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
 			hash_seq_init(&seq, k->topics);
 			while ((old = hash_seq_search(&seq)) != NULL)
 			{
-				rd_kafka_topic_destroy(old->rkt);
+				topic_destroy(k, old);
 				hash_search(k->topics, old->name, HASH_REMOVE, NULL);
 			}
 		}
 		t = hash_search(k->topics, key, HASH_ENTER, &found);
-		t->rkt = rd_kafka_topic_new(k->rk, name, NULL);
 		t->exists = false;
-		if (t->rkt == NULL)
+		for (i = 0; i < k->nrk; i++)
 		{
-			snprintf(err, errlen, "cannot use topic \"%s\": %s", name,
-					 rd_kafka_err2str(rd_kafka_last_error()));
-			hash_search(k->topics, key, HASH_REMOVE, NULL);
-			return ESRC_KAFKA_POISON;
+			t->rkt[i] = rd_kafka_topic_new(k->rks[i], name, NULL);
+			if (t->rkt[i] == NULL)
+			{
+				snprintf(err, errlen, "cannot use topic \"%s\": %s", name,
+						 rd_kafka_err2str(rd_kafka_last_error()));
+				topic_destroy(k, t);
+				hash_search(k->topics, key, HASH_REMOVE, NULL);
+				return ESRC_KAFKA_POISON;
+			}
 		}
 	}
 
-	status = topic_metadata(k, k->rk, t->rkt, name, &partitions, &missing, err, errlen);
+	status = topic_metadata(k, k->rks[0], t->rkt[0], name, &partitions, &missing, err, errlen);
 	if (status == ESRC_KAFKA_POISON && missing)
 	{
 		status = create_topic(k, name, -1, false, err, errlen);
@@ -820,6 +867,7 @@ esrc_kafka_destroy(EsrcKafka *k)
 {
 	HASH_SEQ_STATUS seq;
 	EsrcKafkaTopic *t;
+	int			i;
 
 	if (k == NULL)
 		return;
@@ -830,11 +878,13 @@ esrc_kafka_destroy(EsrcKafka *k)
 
 	hash_seq_init(&seq, k->topics);
 	while ((t = hash_seq_search(&seq)) != NULL)
-		rd_kafka_topic_destroy(t->rkt);
-	if (k->offsets_rkt)
-		rd_kafka_topic_destroy(k->offsets_rkt);
-	if (k->rk)
-		destroy_rk(k->rk);
+		topic_destroy(k, t);
+	for (i = 0; i < k->nrk; i++)
+	{
+		if (k->offsets_rkts[i])
+			rd_kafka_topic_destroy(k->offsets_rkts[i]);
+		destroy_rk(k->rks[i]);
+	}
 	esrc_kafka_emit_log();
 	MemoryContextDelete(k->cxt);
 }
@@ -1074,35 +1124,51 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 	MemoryContextSwitchTo(old);
 
 	clear_last_error();
-	conf = build_conf(k, CONF_PRODUCER, err, errlen);
-	if (conf == NULL)
+	while (k->nrk < (s->exactly_once ? MAX_PRODUCERS : 1))
 	{
-		*status = ESRC_KAFKA_CONFIG;
-		goto fail;
+		rd_kafka_t *rk;
+
+		conf = build_conf(k, CONF_PRODUCER, err, errlen);
+		if (conf == NULL)
+		{
+			*status = ESRC_KAFKA_CONFIG;
+			goto fail;
+		}
+		rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+		if (rk == NULL)
+		{
+			rd_kafka_conf_destroy(conf);
+			snprintf(err, errlen, "cannot create the Kafka producer: %s", errstr);
+			*status = ESRC_KAFKA_CONFIG;
+			goto fail;
+		}
+		rd_kafka_set_log_queue(rk, NULL);
+		k->rks[k->nrk++] = rk;
 	}
-	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	if (k->rk == NULL)
-	{
-		rd_kafka_conf_destroy(conf);
-		snprintf(err, errlen, "cannot create the Kafka producer: %s", errstr);
-		*status = ESRC_KAFKA_CONFIG;
-		goto fail;
-	}
-	rd_kafka_set_log_queue(k->rk, NULL);
+	k->cur = 0;
+	k->rk = k->rks[0];
 
 	if (s->exactly_once)
 	{
 		instr_time	start;
 		int			partitions;
 		bool		missing;
+		int			i;
 
+		/*
+		 * Fence earlier incarnations of both producers before reading the
+		 * position: after this no older transaction can still commit.
+		 */
 		INSTR_TIME_SET_CURRENT(start);
-		for (;;)
+		for (i = 0; i < k->nrk;)
 		{
-			rd_kafka_error_t *error = rd_kafka_init_transactions(k->rk, SLICE_MS * 5);
+			rd_kafka_error_t *error = rd_kafka_init_transactions(k->rks[i], SLICE_MS * 5);
 
 			if (error == NULL)
-				break;
+			{
+				i++;
+				continue;
+			}
 			switch (txn_error(error, "init_transactions", err, errlen))
 			{
 				case TXN_RETRIABLE:
@@ -1120,7 +1186,9 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 			goto fail;
 		}
 
-		k->offsets_rkt = rd_kafka_topic_new(k->rk, s->offsets_topic, NULL);
+		for (i = 0; i < k->nrk; i++)
+			k->offsets_rkts[i] = rd_kafka_topic_new(k->rks[i], s->offsets_topic, NULL);
+		k->offsets_rkt = k->offsets_rkts[0];
 		*status = topic_metadata(k, k->rk, k->offsets_rkt, s->offsets_topic,
 								 &partitions, &missing, err, errlen);
 		if (*status == ESRC_KAFKA_POISON && missing)
@@ -1180,8 +1248,11 @@ fail:
 void
 esrc_kafka_poll(EsrcKafka *k)
 {
-	if (k != NULL && k->rk != NULL)
-		rd_kafka_poll(k->rk, 0);
+	int			i;
+
+	if (k != NULL)
+		for (i = 0; i < k->nrk; i++)
+			rd_kafka_poll(k->rks[i], 0);
 	esrc_kafka_emit_log();
 }
 
@@ -1226,7 +1297,7 @@ produce_record(EsrcKafka *k, EsrcKafkaRecord *r, uint32 index)
 			rd_kafka_header_add(h, "ce_esrcmetadata", -1, r->metadata, -1);
 
 		e = rd_kafka_producev(k->rk,
-							  RD_KAFKA_V_RKT(r->topic->rkt),
+							  RD_KAFKA_V_RKT(r->topic->rkt[k->cur]),
 							  RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 							  RD_KAFKA_V_KEY(r->stream, r->stream_len),
 							  RD_KAFKA_V_VALUE(r->data, r->data_len),
@@ -1309,7 +1380,7 @@ static void
 record_error(EsrcKafkaRecord *r, const char *what, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "%s event at position " INT64_FORMAT " (stream \"%.200s\", topic \"%s\"): %s",
-			 what, r->position, r->stream, rd_kafka_topic_name(r->topic->rkt),
+			 what, r->position, r->stream, r->topic->name,
 			 rd_kafka_err2str(r->err));
 }
 
@@ -1414,6 +1485,10 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			*ndone = last + 1;
 			if (!drain(k, COMMIT_BUDGET_MS))
 				return ESRC_KAFKA_FATAL;
+			/* the next transaction is the other producer's */
+			k->cur = (k->cur + 1) % k->nrk;
+			k->rk = k->rks[k->cur];
+			k->offsets_rkt = k->offsets_rkts[k->cur];
 			return nprod < nrecs ? ESRC_KAFKA_POISON : ESRC_KAFKA_OK;
 		}
 		switch (txn_error(error, "commit_transaction", err, errlen))

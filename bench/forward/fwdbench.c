@@ -1,0 +1,338 @@
+/*
+ * fwdbench: the Kafka side of bench/forward/run.sh.
+ *
+ *   fwdbench raw BROKER TOPIC N VALUE_BYTES [transactional BATCH]
+ *       librdkafka's raw producer: N records shaped like the forwarder's
+ *       (key = one of 1000 stream names, a JSON value of VALUE_BYTES, the
+ *       same 11 CloudEvents headers), idempotent producer, acks=all,
+ *       linger.ms=1 like the forwarder.  With "transactional BATCH", BATCH
+ *       records per Kafka transaction, as the forwarder does.  Prints
+ *       "raw_events_per_s <n>" measured from the first produce to the last
+ *       delivery report (or commit).
+ *
+ *   fwdbench latency BROKER COUNT TIMEOUT_S TOPIC...
+ *       A read_committed consumer from the end of the topics.  For each
+ *       record: visible_us = time it reached this consumer - ce_time
+ *       (recorded_at, taken inside esrc.append, so this includes the
+ *       append's own commit); and, when the topic uses LogAppendTime,
+ *       broker_ms = broker append time - ce_time (millisecond resolution).
+ *       Prints percentiles after COUNT records or TIMEOUT_S seconds.
+ *
+ * Build: cc -O2 -o fwdbench bench/forward/fwdbench.c -lrdkafka
+ */
+#include <librdkafka/rdkafka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void
+die(const char *msg, const char *detail)
+{
+	fprintf(stderr, "fwdbench: %s%s%s\n", msg, detail ? ": " : "", detail ? detail : "");
+	exit(1);
+}
+
+static int64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void
+set(rd_kafka_conf_t *conf, const char *k, const char *v)
+{
+	char		err[512];
+
+	if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK)
+		die(k, err);
+}
+
+static long delivered = 0;
+static long failed = 0;
+
+static void
+dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	if (m->err)
+		failed++;
+	else
+		delivered++;
+}
+
+static int
+raw(int argc, char **argv)
+{
+	const char *broker = argv[2];
+	const char *topic = argv[3];
+	long		n = atol(argv[4]);
+	int			size = atoi(argv[5]);
+	int			txn_batch = (argc >= 8 && strcmp(argv[6], "transactional") == 0) ? atoi(argv[7]) : 0;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+	char		err[512];
+	char	   *value = malloc(size + 32);
+	int64_t		t0;
+	double		secs;
+	long		i;
+
+	set(conf, "bootstrap.servers", broker);
+	set(conf, "enable.idempotence", "true");
+	set(conf, "acks", "all");
+	set(conf, "linger.ms", "1");
+	set(conf, "partitioner", "murmur2_random");
+	set(conf, "queue.buffering.max.messages", "1000000");
+	if (txn_batch > 0)
+	{
+		char		id[64];
+
+		snprintf(id, sizeof(id), "fwdbench-%ld", (long) getpid());
+		set(conf, "transactional.id", id);
+	}
+	if (getenv("FWDBENCH_PROPS"))
+	{
+		/* extra properties: "name=value,name=value" */
+		char	   *props = strdup(getenv("FWDBENCH_PROPS"));
+		char	   *save = NULL;
+		char	   *kv;
+
+		for (kv = strtok_r(props, ",", &save); kv; kv = strtok_r(NULL, ",", &save))
+		{
+			char	   *eq = strchr(kv, '=');
+
+			if (!eq)
+				die("FWDBENCH_PROPS", kv);
+			*eq = '\0';
+			set(conf, kv, eq + 1);
+		}
+	}
+	rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (!rk)
+		die("producer", err);
+	if (txn_batch > 0)
+	{
+		rd_kafka_error_t *e = rd_kafka_init_transactions(rk, 30000);
+
+		if (e)
+			die("init_transactions", rd_kafka_error_string(e));
+	}
+
+	/* a JSON value of the requested size */
+	snprintf(value, size + 32, "{\"i\": 0, \"pad\": \"");
+	while ((int) strlen(value) < size - 2)
+		strcat(value, "x");
+	strcat(value, "\"}");
+
+	t0 = now_us();
+	for (i = 0; i < n; i++)
+	{
+		char		key[32];
+		char		pos[24];
+		char		ver[24];
+		rd_kafka_resp_err_t e;
+
+		if (txn_batch > 0 && i % txn_batch == 0)
+		{
+			rd_kafka_error_t *te;
+
+			if (i > 0 && (te = rd_kafka_commit_transaction(rk, 60000)))
+				die("commit_transaction", rd_kafka_error_string(te));
+			if ((te = rd_kafka_begin_transaction(rk)))
+				die("begin_transaction", rd_kafka_error_string(te));
+		}
+		snprintf(key, sizeof(key), "bench-%ld", i % 1000);
+		snprintf(pos, sizeof(pos), "%ld", i + 1);
+		snprintf(ver, sizeof(ver), "%ld", i / 1000);
+		do
+		{
+			e = rd_kafka_producev(rk,
+								  RD_KAFKA_V_TOPIC(topic),
+								  RD_KAFKA_V_KEY(key, strlen(key)),
+								  RD_KAFKA_V_VALUE(value, strlen(value)),
+								  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+								  RD_KAFKA_V_HEADER("ce_specversion", "1.0", -1),
+								  RD_KAFKA_V_HEADER("ce_id", "6a0c2a8e-55d4-4a4f-9d47-6a8f0c6a1e01", -1),
+								  RD_KAFKA_V_HEADER("ce_source", "/esrc/bench", -1),
+								  RD_KAFKA_V_HEADER("ce_type", "Tick", -1),
+								  RD_KAFKA_V_HEADER("ce_subject", key, -1),
+								  RD_KAFKA_V_HEADER("ce_time", "2024-01-01T00:00:00.000000Z", -1),
+								  RD_KAFKA_V_HEADER("content-type", "application/json", -1),
+								  RD_KAFKA_V_HEADER("ce_esrcstream", key, -1),
+								  RD_KAFKA_V_HEADER("ce_esrcversion", ver, -1),
+								  RD_KAFKA_V_HEADER("ce_esrcposition", pos, -1),
+								  RD_KAFKA_V_END);
+			if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+				rd_kafka_poll(rk, 10);
+			else if (e)
+				die("producev", rd_kafka_err2str(e));
+		} while (e);
+		rd_kafka_poll(rk, 0);
+	}
+	if (txn_batch > 0)
+	{
+		rd_kafka_error_t *te = rd_kafka_commit_transaction(rk, 60000);
+
+		if (te)
+			die("commit_transaction", rd_kafka_error_string(te));
+	}
+	while (delivered + failed < n)
+		rd_kafka_poll(rk, 100);
+	secs = (now_us() - t0) / 1e6;
+	printf("raw_events_per_s %.0f\n", n / secs);
+	printf("raw_seconds %.2f\n", secs);
+	printf("raw_failed %ld\n", failed);
+	rd_kafka_destroy(rk);
+	return failed ? 1 : 0;
+}
+
+static int
+cmp64(const void *a, const void *b)
+{
+	int64_t		x = *(const int64_t *) a;
+	int64_t		y = *(const int64_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* ce_time "YYYY-MM-DDTHH:MM:SS.ffffffZ" in microseconds since the epoch */
+static int64_t
+parse_ce_time(const char *s, size_t len)
+{
+	struct tm	tm;
+	char		buf[40];
+	int			usec = 0;
+
+	if (len >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(buf, "%4d-%2d-%2dT%2d:%2d:%2d.%6dZ", &tm.tm_year, &tm.tm_mon,
+			   &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &usec) != 7)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	return (int64_t) timegm(&tm) * 1000000 + usec;
+}
+
+static void
+print_pct(const char *name, int64_t *v, long n, double scale, const char *unit)
+{
+	if (n == 0)
+	{
+		printf("%s none\n", name);
+		return;
+	}
+	qsort(v, n, sizeof(int64_t), cmp64);
+	printf("%s n=%ld p50=%.2f%s p90=%.2f%s p99=%.2f%s max=%.2f%s\n", name, n,
+		   v[n / 2] / scale, unit, v[(long) (n * 0.90)] / scale, unit,
+		   v[(long) (n * 0.99)] / scale, unit, v[n - 1] / scale, unit);
+}
+
+static int
+latency(int argc, char **argv)
+{
+	const char *broker = argv[2];
+	long		count = atol(argv[3]);
+	int			timeout_s = atoi(argv[4]);
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+	rd_kafka_topic_partition_list_t *topics;
+	char		err[512];
+	int64_t    *visible = calloc(count, sizeof(int64_t));
+	int64_t    *broker_ms = calloc(count, sizeof(int64_t));
+	long		nv = 0,
+				nb = 0;
+	int64_t		deadline;
+	int			i;
+	char		group[64];
+
+	snprintf(group, sizeof(group), "fwdbench-%ld", (long) getpid());
+	set(conf, "bootstrap.servers", broker);
+	set(conf, "group.id", group);
+	set(conf, "isolation.level", "read_committed");
+	set(conf, "auto.offset.reset", "latest");
+	set(conf, "enable.auto.commit", "false");
+	set(conf, "fetch.wait.max.ms", "100");
+	set(conf, "fetch.error.backoff.ms", "5");
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+	if (!rk)
+		die("consumer", err);
+	rd_kafka_poll_set_consumer(rk);
+	topics = rd_kafka_topic_partition_list_new(argc - 5);
+	for (i = 5; i < argc; i++)
+		rd_kafka_topic_partition_list_add(topics, argv[i], RD_KAFKA_PARTITION_UA);
+	if (rd_kafka_subscribe(rk, topics))
+		die("subscribe", NULL);
+	/* ready once the group has assigned us the partitions */
+	fprintf(stderr, "fwdbench: waiting for partition assignment\n");
+	for (;;)
+	{
+		rd_kafka_topic_partition_list_t *a = NULL;
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+
+		if (m)
+			rd_kafka_message_destroy(m);
+		if (rd_kafka_assignment(rk, &a) == 0 && a && a->cnt > 0)
+		{
+			rd_kafka_topic_partition_list_destroy(a);
+			break;
+		}
+		if (a)
+			rd_kafka_topic_partition_list_destroy(a);
+	}
+	printf("ready\n");
+	fflush(stdout);
+
+	deadline = now_us() + (int64_t) timeout_s * 1000000;
+	while (nv < count && now_us() < deadline)
+	{
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+		int64_t		t = now_us();
+		rd_kafka_headers_t *h;
+		const void *v;
+		size_t		vs;
+
+		if (!m)
+			continue;
+		if (!m->err && rd_kafka_message_headers(m, &h) == 0 &&
+			rd_kafka_header_get_last(h, "ce_time", &v, &vs) == 0)
+		{
+			int64_t		ce = parse_ce_time(v, vs);
+			rd_kafka_timestamp_type_t tt;
+			int64_t		ts = rd_kafka_message_timestamp(m, &tt);
+
+			if (ce > 0)
+			{
+				visible[nv++] = t - ce;
+				if (tt == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME)
+					broker_ms[nb++] = ts * 1000 - ce;
+			}
+		}
+		rd_kafka_message_destroy(m);
+	}
+	print_pct("latency_commit_to_consumer", visible, nv, 1000.0, "ms");
+	print_pct("latency_commit_to_broker_append", broker_ms, nb, 1000.0, "ms");
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc >= 6 && strcmp(argv[1], "raw") == 0)
+		return raw(argc, argv);
+	if (argc >= 6 && strcmp(argv[1], "latency") == 0)
+		return latency(argc, argv);
+	fprintf(stderr, "usage: fwdbench raw BROKER TOPIC N VALUE_BYTES [transactional BATCH]\n"
+			"       fwdbench latency BROKER COUNT TIMEOUT_S TOPIC...\n");
+	return 2;
+}
