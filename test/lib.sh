@@ -111,3 +111,11 @@ pg_restart() {
     as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 restart >/dev/null \
         || { tail -30 "$dir/server.log"; die "server did not restart"; }
 }
+
+# psycopg 3 for the Python example (PyPI; pinned).
+ensure_python_psycopg() {
+    python3 -c 'import psycopg' 2>/dev/null && return 0
+    log "installing psycopg (pip)"
+    python3 -m pip install -q --disable-pip-version-check "psycopg[binary]==3.3.9" >/dev/null 2>&1 \
+        || python3 -m pip install -q --disable-pip-version-check --break-system-packages "psycopg[binary]==3.3.9" >/dev/null
+}
