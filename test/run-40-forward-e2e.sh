@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Kafka forwarding end to end (exactly_once, the default): a real broker
+# with 3 partitions per topic; 4 pgbench sessions append to 60 streams in 2
+# categories, 2 events per transaction, a tenth of the transactions rolled
+# back; while they run, a setting is reloaded (SIGHUP).  Then a
+# read_committed consumer must find every committed event once, in order,
+# encoded as specified (test/forward/check.py), and the status view must
+# agree.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ESRC_ROOT/test/forward/common.sh"
+fwd_under_reaper "$@"
+
+dir=$(test_tmpdir fwd-e2e)
+trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+status=0
+expect() { # NAME COMMAND...: run a check, remember a failure
+    if "${@:2}"; then log "ok - $1"; else log "FAIL - $1"; status=1; fi
+}
+
+KAFKA_NUM_PARTITIONS=3 fwd_start_kafka "$dir/kafka"
+fwd_start_pg "$dir/pg"
+
+# pause/resume and idle states before anything is sent
+fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
+fwd_wait_forwarded 60 || status=1
+expect "status is running with the broker list and the delivery mode" \
+    test "$(fwd_sql "SELECT state || ' ' || brokers || ' ' || delivery FROM esrc.forwarder_status")" \
+    = "running $FWD_BROKER exactly_once"
+fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
+fwd_sql "SELECT esrc.append('warmup-1', 'Paused', '{}')" >/dev/null
+sleep 1.5
+expect "paused: state paused, the new event stays pending" \
+    test "$(fwd_sql "SELECT state || ' ' || paused || ' ' || events_pending FROM esrc.forwarder_status")" = "paused true 1"
+fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
+fwd_wait_forwarded 30 || status=1
+expect "resumed: nothing pending" \
+    test "$(fwd_sql "SELECT state || ' ' || events_pending FROM esrc.forwarder_status")" = "running 0"
+
+cat >"$dir/load.sql" <<'EOF'
+\set s random(1, 30)
+\set r random(1, 10)
+BEGIN;
+SELECT esrc.append('acct-' || :s, 'Deposited', jsonb_build_object('amount', :r, 'client', :client_id, 'note', 'café ☕'), jsonb_build_object('by', 'pgbench', 'r', :r));
+SELECT esrc.append('order-' || :s, 'Placed', '{"items": [1, 2, 3], "nested": {"a": null}}');
+\if :r = 1
+ROLLBACK;
+\else
+COMMIT;
+\endif
+EOF
+log "appending: 4 sessions x 1500 transactions"
+PGOPTIONS= pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/load.sql" -c 4 -j 2 -t 1500 "$FWD_DB" \
+    >"$dir/pgbench.log" 2>&1 &
+load=$!
+sleep 2
+# a reload in the middle (batch size): the worker must carry on
+echo "esrc.kafka_batch_size = 7" | as_test_user tee -a "$dir/pg/data/postgresql.conf" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+wait $load || { cat "$dir/pgbench.log"; die "pgbench failed"; }
+grep -E "^(number of transactions actually processed|tps)" "$dir/pgbench.log" | sed 's/^/  /' >&2
+
+fwd_wait_forwarded 120 || status=1
+committed=$(fwd_sql "SELECT count(*) FROM esrc.events")
+rolled_back_gap=$(fwd_sql "SELECT (SELECT last_value FROM esrc.position_seq) - count(*) FROM esrc.events")
+log "$committed events committed; $rolled_back_gap positions were taken by rolled-back appends"
+expect "some transactions were rolled back" test "$rolled_back_gap" -gt 0
+
+fwd_dump_events "$dir/events.jsonl"
+fwd_consume "$dir/records.jsonl"
+fwd_check "$dir/events.jsonl" "$dir/records.jsonl" --partitions 3 || status=1
+
+# the checker itself must catch a duplicate, a loss, a wrong header
+(cat "$dir/records.jsonl"; head -1 "$dir/records.jsonl") >"$dir/dup.jsonl"
+sed '2d' "$dir/records.jsonl" >"$dir/lost.jsonl"
+sed '3s/"ce_type":"[A-Za-z]*"/"ce_type":"Other"/' "$dir/records.jsonl" >"$dir/header.jsonl"
+for bad in dup lost header; do
+    expect "check.py fails on a $bad record" \
+        eval "! fwd_check '$dir/events.jsonl' '$dir/$bad.jsonl' >'$dir/$bad.out'"
+done
+
+expect "delivered_total counts every record sent" \
+    test "$(fwd_sql "SELECT delivered_total FROM esrc.forwarder_status")" = "$committed"
+expect "no error was reported" \
+    test "$(fwd_sql "SELECT coalesce(last_error, 'none') FROM esrc.forwarder_status")" = none
+expect "the position mirror caught up" \
+    test "$(fwd_sql "SELECT position FROM esrc.forwarder_state")" = \
+    "$(fwd_sql "SELECT max(position) FROM esrc.events")"
+# the committed position in the compacted offsets topic
+"$FWD_KAFKA/consume.sh" "$FWD_BROKER" esrc.offsets >"$dir/offsets.jsonl"
+expect "the offsets topic holds the last position under esrc-<log_id>" \
+    test "$(jq -r --arg k "esrc-$(fwd_sql "SELECT log_id FROM esrc.forwarder_state")" \
+            'select(.key == $k) | .value | fromjson | .position' "$dir/offsets.jsonl" | tail -1)" \
+    = "$(fwd_sql "SELECT max(position) FROM esrc.events")"
+
+if [ $status -ne 0 ]; then
+    grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2
+fi
+exit $status
