@@ -504,8 +504,8 @@ kafka_wait_hook(int64 waited_ms, const char *last_error)
 	{
 		char		msg[ESRC_FWD_ERROR_LEN];
 
-		snprintf(msg, sizeof(msg), "waiting for Kafka: %s",
-				 last_error[0] ? last_error : "no answer yet");
+		snprintf(msg, sizeof(msg), "no answer from Kafka for %d s%s%s",
+				 (int) (waited_ms / 1000), last_error[0] ? ": " : "", last_error);
 		report_failure(FWD_DISCONNECTED, msg, NULL);
 	}
 }

@@ -118,6 +118,7 @@ static bool dr_position_acked;
 typedef struct LogLine
 {
 	int			level;			/* syslog level */
+	bool		routine;		/* a connection failure: the status has it */
 	char		text[LOG_LINE];
 } LogLine;
 
@@ -132,11 +133,11 @@ static int	log_max_level = 4;	/* 7 when esrc.kafka_properties sets debug */
 EsrcKafkaWaitHook esrc_kafka_wait_hook = NULL;
 
 static void
-log_push(int level, const char *fmt,...)
-pg_attribute_printf(2, 3);
+log_push(int level, bool routine, const char *fmt,...)
+pg_attribute_printf(3, 4);
 
 static void
-log_push(int level, const char *fmt,...)
+log_push(int level, bool routine, const char *fmt,...)
 {
 	va_list		ap;
 	LogLine    *line;
@@ -148,6 +149,7 @@ log_push(int level, const char *fmt,...)
 	{
 		line = &log_ring[(log_first + log_count) % LOG_RING];
 		line->level = level;
+		line->routine = routine;
 		va_start(ap, fmt);
 		vsnprintf(line->text, LOG_LINE, fmt, ap);
 		va_end(ap);
@@ -169,7 +171,10 @@ log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 		strstr(buf, "is a producer property and will be ignored") != NULL)
 		return;
 	if (level <= log_max_level)
-		log_push(level, "%s: %s", fac, buf);
+		log_push(level,
+				 strcmp(fac, "FAIL") == 0 || strcmp(fac, "GETPID") == 0 ||
+				 strcmp(fac, "COORDERR") == 0,
+				 "%s: %s", fac, buf);
 }
 
 /* librdkafka error_cb: served by rd_kafka_poll (our thread), but kept simple */
@@ -185,7 +190,8 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
 		err == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
 		err == RD_KAFKA_RESP_ERR__SSL)
-		log_push(3, "%s: %s", rd_kafka_err2name(err), reason);
+		log_push(3, err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN,
+				 "%s: %s", rd_kafka_err2name(err), reason);
 }
 
 /* Delivery report callback: called from rd_kafka_poll/flush in our thread. */
@@ -238,8 +244,12 @@ esrc_kafka_emit_log(void)
 		}
 		pthread_mutex_unlock(&log_lock);
 
+		/*
+		 * Connection failures repeat at every reconnect while Kafka is
+		 * down; esrc.forwarder_status and our own warning report them.
+		 */
 		if (have)
-			ereport(LOG,
+			ereport(line.routine && log_max_level <= 4 ? DEBUG1 : LOG,
 					(errmsg("esrc forwarder: librdkafka: %s", line.text)));
 		else
 		{
