@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Kafka forwarding in at_least_once mode, and switching modes with a
+# reload: under load, kill -9 the postmaster and kill -9 the broker; then
+# nothing committed may be missing and the first delivery of every event
+# comes in order (duplicates are allowed, and counted).  Then a reload to
+# exactly_once: from there on, every event exactly once.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ESRC_ROOT/test/forward/common.sh"
+fwd_under_reaper "$@"
+
+dir=$(test_tmpdir fwd-alo)
+trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+status=0
+expect() { # NAME COMMAND...
+    if "${@:2}"; then log "ok - $1"; else log "FAIL - $1"; status=1; fi
+}
+
+KAFKA_NUM_PARTITIONS=2 fwd_start_kafka "$dir/kafka"
+fwd_start_pg "$dir/pg" "esrc.delivery = at_least_once"
+fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
+fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
+expect "the status shows at_least_once" \
+    test "$(fwd_sql "SELECT delivery FROM esrc.forwarder_status")" = at_least_once
+
+cat >"$dir/load.sql" <<'EOF'
+\set s random(1, 40)
+\set r random(1, 10)
+BEGIN;
+SELECT esrc.append('acct-' || :s, 'Deposited', jsonb_build_object('amount', :r));
+SELECT esrc.append('cart-' || :s, 'Changed', jsonb_build_object('r', :r));
+\if :r = 1
+ROLLBACK;
+\else
+COMMIT;
+\endif
+EOF
+load() {
+    pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/load.sql" -c 3 -j 1 \
+        -T "$1" -R 300 "$FWD_DB" >>"$dir/pgbench.log" 2>&1 &
+    load=$!
+}
+
+log "kill -9 the postmaster under load"
+load 6
+sleep 2.5
+pm=$(head -1 "$dir/pg/data/postmaster.pid")
+children=$(pgrep -P "$pm" || true)
+kill -9 "$pm"
+for c in $children; do while kill -0 "$c" 2>/dev/null; do sleep 0.1; done; done
+wait "$load" || true
+as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -w -t 60 start >/dev/null
+fwd_wait_forwarded 90 || status=1
+
+log "kill -9 the broker under load, start it again"
+load 8
+sleep 2
+"$FWD_KAFKA/broker.sh" kill "$dir/kafka" 2>/dev/null
+"$FWD_KAFKA/broker.sh" restart "$dir/kafka" 2>&1 | tail -1 | sed 's/^/   /' >&2
+wait "$load" || true
+fwd_wait_forwarded 90 || status=1
+
+fwd_dump_events "$dir/events.jsonl"
+fwd_consume "$dir/records.jsonl"
+fwd_check "$dir/events.jsonl" "$dir/records.jsonl" --mode at_least_once --partitions 2 || status=1
+expect "the position mirror (the authority in this mode) caught up" \
+    test "$(fwd_sql "SELECT position FROM esrc.forwarder_state")" = \
+    "$(fwd_sql "SELECT max(position) FROM esrc.events")"
+
+log "reload with esrc.delivery = exactly_once"
+last=$(fwd_sql "SELECT max(position) FROM esrc.events")
+fwd_sql "ALTER SYSTEM SET esrc.delivery = exactly_once" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+load 4
+wait "$load" || true
+fwd_wait_forwarded 90 || status=1
+expect "the status shows exactly_once" \
+    test "$(fwd_sql "SELECT delivery FROM esrc.forwarder_status")" = exactly_once
+fwd_dump_events "$dir/events2.jsonl"
+fwd_consume "$dir/records2.jsonl"
+# the events after the switch, exactly once (the old ones are checked above)
+python3 - "$dir/events2.jsonl" "$last" >"$dir/events_after.jsonl" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    if json.loads(line)["position"] > int(sys.argv[2]):
+        print(line, end="")
+EOF
+jq -c --argjson last "$last" 'select((.headers.ce_esrcposition | tonumber) > $last)' \
+    "$dir/records2.jsonl" >"$dir/after.jsonl"
+expect "events were appended after the switch" test -s "$dir/events_after.jsonl"
+fwd_check "$dir/events_after.jsonl" "$dir/after.jsonl" || status=1
+
+if [ $status -ne 0 ]; then
+    grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2
+fi
+exit $status
