@@ -312,10 +312,13 @@ check_properties(char **newval, void **extra, GucSource source)
 			return true;
 		case 1:
 			GUC_check_errdetail("The value is not a list of name=value entries separated by \";\": %s.", errpos);
-			return false;
+			break;
 		default:
-			return false;		/* property_allowed set the detail */
+			break;				/* property_allowed set the detail */
 	}
+	/* instead of "invalid value for parameter ...: <the value>" */
+	GUC_check_errmsg("invalid value for parameter \"esrc.kafka_properties\"");
+	return false;
 }
 
 /*
