@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# The application examples run against a real server, so they cannot rot:
+# The application examples run against real servers, so they cannot rot:
 #   examples/python/security_service.py  psycopg command handlers with a
 #                                        40001 retry loop (self-check)
+#   examples/java                        a plain Kafka consumer of the topic
+#                                        the Python commands were forwarded to
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$ESRC_ROOT/test/forward/common.sh"
+fwd_under_reaper "$@"
 
 ensure_python_psycopg
-
+FWD_DB=examples
 dir=$(test_tmpdir examples)
-port=$(free_port)
-trap 'pg_stop "$dir" immediate; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
-pg_start "$dir" "$port"
-export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
-psql -qX -v ON_ERROR_STOP=1 -c "CREATE EXTENSION esrc" -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
+trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+fwd_start_kafka "$dir/kafka"
+fwd_start_pg "$dir/pg"
+psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1 \
+    -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
 
 log "python: examples/python/security_service.py"
-python3 "$ESRC_ROOT/examples/python/security_service.py" "host=127.0.0.1 port=$port user=postgres dbname=postgres"
+python3 "$ESRC_ROOT/examples/python/security_service.py" \
+    "host=127.0.0.1 port=$FWD_PORT user=postgres dbname=$FWD_DB"
+
+fwd_wait_forwarded 60
+n=$(fwd_sql "SELECT count(*) FROM esrc.events WHERE category = 'user'")
+log "java: examples/java reads the $n forwarded events of topic esrc.user"
+bash "$ESRC_ROOT/examples/java/run.sh" "$FWD_BROKER" esrc.user "$n" 60 | tail -3
