@@ -62,13 +62,16 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "access/skey.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
@@ -78,6 +81,7 @@
 #include "commands/tablecmds.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -95,6 +99,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
+#include "utils/rls.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -167,6 +172,17 @@ typedef struct SnapshotDef
 	char	   *broken_detail;
 
 	SPIPlanPtr	plans[NUM_PLANS];	/* prepared on first use */
+
+	/*
+	 * The direct path of the trigger (see apply_event_direct), set up on
+	 * first use: direct is -1 before, then 1 if the table qualifies, else 0
+	 * (the trigger then goes through SPI).
+	 */
+	int			direct;
+	Oid			pkindex;		/* unique btree index on (stream) */
+	RegProcedure eqproc;		/* its equality function */
+	Oid			eqcollation;	/* and collation */
+	AttrNumber	att[4];			/* stream, version, state, updated_at */
 } SnapshotDef;
 
 /* Hash entry: the defs of one category are defs[first .. first+count-1]. */
@@ -418,26 +434,32 @@ lookup_reducer(const char *signature)
  * pinned.  Returns the nest level for leave_reducer_gucs(), which is only
  * called on success (an error unwinds the level with the transaction) and
  * undoes every setting made since, even a plain SET, as REFRESH
- * MATERIALIZED VIEW does for the functions it runs.  call_reducer() adds a
- * level of its own around each call, so that what one reducer sets never
- * reaches another reducer (possibly of another owner).
+ * MATERIALIZED VIEW does for the functions it runs.  Returns -1 (nothing to
+ * undo) when search_path is pinned already, as inside esrc.append.
+ * call_reducer() adds a level of its own around each call, so that what
+ * one reducer sets never reaches another reducer (possibly of another
+ * owner), nor the caller.
  */
 static int
 enter_reducer_gucs(void)
 {
-	int			level = NewGUCNestLevel();
+	int			level;
 
-	if (strcmp(namespace_search_path, SNAPSHOT_SEARCH_PATH) != 0)
-		(void) set_config_option("search_path", SNAPSHOT_SEARCH_PATH,
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+	/* inside esrc.append, whose SET clause pinned it already */
+	if (strcmp(namespace_search_path, SNAPSHOT_SEARCH_PATH) == 0)
+		return -1;
+	level = NewGUCNestLevel();
+	(void) set_config_option("search_path", SNAPSHOT_SEARCH_PATH,
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	return level;
 }
 
 static void
 leave_reducer_gucs(int level)
 {
-	AtEOXact_GUC(false, level);
+	if (level >= 0)
+		AtEOXact_GUC(false, level);
 }
 
 /* ----------------------------------------------------------------
@@ -507,6 +529,7 @@ load_def(SnapshotDef *def, Datum *values)
 	const char *problem;
 
 	memset(def, 0, sizeof(*def));
+	def->direct = -1;
 	def->relid = DatumGetObjectId(values[Anum_snapshots_snapshot - 1]);
 	def->category = TextDatumGetCString(values[Anum_snapshots_category - 1]);
 	def->reducer_name = TextDatumGetCString(values[Anum_snapshots_reducer - 1]);
@@ -949,14 +972,205 @@ attno(TupleDesc desc, const char *name)
 	return n;
 }
 
+static void
+check_in_step(SnapshotDef *def, const char *stream_str, bool exists,
+			  int64 prev, int64 version)
+{
+	if (prev + 1 != version)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("snapshot \"%s\" is out of step with stream \"%s\"",
+						def->relname, stream_str),
+				 exists ?
+				 errdetail("The snapshot row has version " INT64_FORMAT " and the new event has version " INT64_FORMAT ".",
+						   prev, version) :
+				 errdetail("The snapshot has no row for the stream and the new event has version " INT64_FORMAT ".",
+						   version),
+				 errhint("Recompute the snapshot with esrc.rebuild_snapshot().")));
+}
+
+/*
+ * Can the trigger write def's table directly?  It can when the table is
+ * exactly what create_snapshot makes -- the four columns (no defaults or
+ * generated columns to compute), a btree primary key on stream -- its owner
+ * holds SELECT, INSERT and UPDATE on it, and no row-level security applies
+ * to the owner.  Otherwise the trigger uses SPI, which handles all of
+ * that (and raises the errors).  rel is locked.
+ */
+static void
+prepare_direct(SnapshotDef *def, Relation rel)
+{
+	static const char *const names[4] = {"stream", "version", "state", "updated_at"};
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+	int			i;
+	Oid			pk;
+	Relation	idx;
+	Oid			eqop;
+	bool		ok;
+
+	def->direct = 0;
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (att->attgenerated)
+			return;
+		live++;
+	}
+	for (i = 0; i < 4; i++)
+		if ((def->att[i] = SPI_fnumber(desc, names[i])) <= 0)
+			return;
+	if (live != 4)
+		return;
+	if (check_enable_rls(def->relid, def->owner, true) == RLS_ENABLED)
+		return;
+	if (pg_class_aclcheck(def->relid, def->owner, ACL_SELECT) != ACLCHECK_OK ||
+		pg_class_aclcheck(def->relid, def->owner, ACL_INSERT) != ACLCHECK_OK ||
+		pg_class_aclcheck(def->relid, def->owner, ACL_UPDATE) != ACLCHECK_OK)
+		return;
+	pk = RelationGetPrimaryKeyIndex(rel);
+	if (!OidIsValid(pk))
+		return;
+	idx = index_open(pk, RowExclusiveLock);
+	ok = (idx->rd_rel->relam == BTREE_AM_OID &&
+		  idx->rd_index->indnatts == 1 &&
+		  idx->rd_index->indkey.values[0] == def->att[0] &&
+		  idx->rd_opcintype[0] == TEXTOID);
+	if (ok)
+	{
+		eqop = get_opfamily_member(idx->rd_opfamily[0], TEXTOID, TEXTOID,
+								   BTEqualStrategyNumber);
+		ok = OidIsValid(eqop);
+		if (ok)
+		{
+			def->eqproc = get_opcode(eqop);
+			def->eqcollation = idx->rd_indcollation[0];
+			def->pkindex = pk;
+		}
+	}
+	index_close(idx, NoLock);
+	if (ok)
+		def->direct = 1;
+}
+
+/* prepare_direct(), and say which way it chose (for tests: DEBUG1). */
+static void
+choose_path(SnapshotDef *def)
+{
+	Relation	rel = table_open(def->relid, NoLock);	/* locked by the caller */
+
+	prepare_direct(def, rel);
+	table_close(rel, NoLock);
+	elog(DEBUG1, "esrc: the trigger writes snapshot \"%s\" %s", def->relname,
+		 def->direct == 1 ? "directly" : "through SQL");
+}
+
+/*
+ * apply_event() without SPI or the executor's planning: look the row up in
+ * the primary key with snap, and write it with the executor's simple
+ * insert/update (ExecSimpleRelationInsert/Update, as logical replication
+ * applies rows): constraints, indexes and the table's own row triggers are
+ * handled as by an INSERT or UPDATE.  prepare_direct() checked that this
+ * gives the same result as the SQL of apply_event_spi().  Runs as the owner.
+ */
+static void
+apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
+				   int64 version, Datum event, Snapshot snap, TimestampTz now)
+{
+	Relation	rel = table_open(def->relid, NoLock);	/* locked by the trigger */
+	Relation	idx = index_open(def->pkindex, RowExclusiveLock);
+	TupleTableSlot *oldslot = table_slot_create(rel, NULL);
+	TupleTableSlot *newslot;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	bool		exists;
+	bool		isnull;
+	int64		prev = -1;
+	Datum		state;
+	Datum		newstate;
+	EState	   *estate;
+	RangeTblEntry *rte;
+	ResultRelInfo *rri;
+	int			i;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   def->eqcollation, def->eqproc, stream);
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	exists = index_getnext_slot(scan, ForwardScanDirection, oldslot);
+	index_endscan(scan);
+	if (exists)
+	{
+		prev = DatumGetInt64(slot_getattr(oldslot, def->att[1], &isnull));
+		state = PointerGetDatum(PG_DETOAST_DATUM_COPY(slot_getattr(oldslot, def->att[2], &isnull)));
+	}
+	else
+		state = JsonbPGetDatum(def->initial_state);
+
+	check_in_step(def, stream_str, exists, prev, version);
+	newstate = call_reducer(def, state, event);
+
+	/* an executor state just for the write, as the replication apply has */
+	estate = CreateExecutorState();
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = def->relid;
+	rte->relkind = RELKIND_RELATION;
+	rte->rellockmode = RowExclusiveLock;
+	ExecInitRangeTable(estate, list_make1(rte));
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	estate->es_opened_result_relations = list_make1(rri);
+	estate->es_output_cid = GetCurrentCommandId(true);
+	estate->es_snapshot = snap;
+	AfterTriggerBeginQuery();
+	ExecOpenIndices(rri, false);
+
+	newslot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+	ExecClearTuple(newslot);
+	for (i = 0; i < newslot->tts_tupleDescriptor->natts; i++)
+		newslot->tts_isnull[i] = true;
+	newslot->tts_values[def->att[0] - 1] = stream;
+	newslot->tts_values[def->att[1] - 1] = Int64GetDatum(version);
+	newslot->tts_values[def->att[2] - 1] = newstate;
+	newslot->tts_values[def->att[3] - 1] = TimestampTzGetDatum(now);
+	for (i = 0; i < 4; i++)
+		newslot->tts_isnull[def->att[i] - 1] = false;
+	ExecStoreVirtualTuple(newslot);
+
+	if (exists)
+	{
+		EPQState	epq;
+
+		EvalPlanQualInit(&epq, estate, NULL, NIL, -1);
+		ExecSimpleRelationUpdate(rri, estate, &epq, oldslot, newslot);
+		EvalPlanQualEnd(&epq);
+	}
+	else
+		ExecSimpleRelationInsert(rri, estate, newslot);
+
+	ExecCloseIndices(rri);
+	AfterTriggerEndQuery(estate);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	ExecDropSingleTupleTableSlot(oldslot);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+}
+
 /*
  * Apply one new event to one snapshot: read the stream's row (or the
  * initial state), check the version invariant, call the reducer, write the
- * row.  Runs as the owner; snap was taken after the table lock.
+ * row.  This is the SQL version, for any table; apply_event_direct() does
+ * the same for tables made by create_snapshot.  Runs as the owner; snap
+ * was taken after the table lock.  Needs an SPI connection.
  */
 static void
-apply_event(SnapshotDef *def, Datum stream, const char *stream_str,
-			int64 version, Datum event, Snapshot snap, TimestampTz now)
+apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
+				int64 version, Datum event, Snapshot snap, TimestampTz now)
 {
 	Datum		values[4];
 	Datum		state;
@@ -981,17 +1195,7 @@ apply_event(SnapshotDef *def, Datum stream, const char *stream_str,
 	else
 		state = JsonbPGetDatum(def->initial_state);
 
-	if (prev + 1 != version)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("snapshot \"%s\" is out of step with stream \"%s\"",
-						def->relname, stream_str),
-				 exists ?
-				 errdetail("The snapshot row has version " INT64_FORMAT " and the new event has version " INT64_FORMAT ".",
-						   prev, version) :
-				 errdetail("The snapshot has no row for the stream and the new event has version " INT64_FORMAT ".",
-						   version),
-				 errhint("Recompute the snapshot with esrc.rebuild_snapshot().")));
+	check_in_step(def, stream_str, exists, prev, version);
 
 	values[1] = Int64GetDatum(version);
 	values[2] = call_reducer(def, state, event);
@@ -1005,6 +1209,44 @@ apply_event(SnapshotDef *def, Datum stream, const char *stream_str,
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (rc != (exists ? SPI_OK_UPDATE : SPI_OK_INSERT) || SPI_processed != 1)
 		elog(ERROR, "snapshot row write failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Apply the event to each snapshot of its category, with snapshot_busy set
+ * (reset, and the user restored, on error too).
+ */
+static void
+apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
+			 const char *stream_str, int64 version, Datum event,
+			 Snapshot snap, TimestampTz now)
+{
+	Oid			save_userid;
+	int			save_sec_context;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	snapshot_busy = true;
+	PG_TRY();
+	{
+		int			i;
+
+		for (i = 0; i < entry->count; i++)
+		{
+			SnapshotDef *def = &cache.defs[entry->first + i];
+
+			errarg->snapshot = def->relname;
+			raise_if_broken(def);
+			if (def->direct == 1)
+				apply_event_direct(def, stream, stream_str, version, event, snap, now);
+			else
+				apply_event_spi(def, stream, stream_str, version, event, snap, now);
+		}
+	}
+	PG_FINALLY();
+	{
+		snapshot_busy = false;
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -1030,10 +1272,9 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	int			attempt;
 	int			i;
 	int			gucs;
-	Oid			save_userid;
-	int			save_sec_context;
 	ErrorContextCallback errcb;
 	ApplyErrorArg errarg;
+	bool		use_spi = false;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) ||
 		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -1082,11 +1323,27 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	event = make_event(evvalues, evnulls);
 	now = GetCurrentTimestamp();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
+	for (i = 0; i < entry->count; i++)
+	{
+		SnapshotDef *def = &cache.defs[entry->first + i];
+
+		if (def->direct < 0 && def->broken_msg == NULL)
+			choose_path(def);
+		if (def->direct != 1)
+			use_spi = true;
+	}
+	if (use_spi && SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/*
+	 * Make earlier writes of this command visible (several events of one
+	 * stream inserted by one statement), then take the snapshot: after the
+	 * table locks, so that it sees what a rebuild or create we waited for
+	 * committed, at any isolation level.
+	 */
+	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	gucs = enter_reducer_gucs();
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 
 	errarg.stream = stream_str;
 	errarg.version = version;
@@ -1095,29 +1352,12 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	snapshot_busy = true;
-	PG_TRY();
-	{
-		for (i = 0; i < entry->count; i++)
-		{
-			SnapshotDef *def = &cache.defs[entry->first + i];
-
-			errarg.snapshot = def->relname;
-			raise_if_broken(def);
-			apply_event(def, stream, stream_str, version, event, snap, now);
-		}
-	}
-	PG_FINALLY();
-	{
-		snapshot_busy = false;
-		SetUserIdAndSecContext(save_userid, save_sec_context);
-	}
-	PG_END_TRY();
+	apply_to_all(entry, &errarg, stream, stream_str, version, event, snap, now);
 
 	error_context_stack = errcb.previous;
 	leave_reducer_gucs(gucs);
 	UnregisterSnapshot(snap);
-	if (SPI_finish() != SPI_OK_FINISH)
+	if (use_spi && SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	return PointerGetDatum(NULL);
 }
