@@ -116,6 +116,11 @@ log "   during the outage: $outage"
 expect "during the outage the status says disconnected, with the error, events pending" \
     eval '[[ "$outage" =~ ^disconnected\|.+\|true$ ]]'
 finish_load
+# a fast shutdown while Kafka is away: the worker honours SIGTERM
+t_restart=$SECONDS
+as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -m fast -w -t 60 restart >/dev/null \
+    || { log "FAIL - restart with Kafka down"; status=1; }
+log "   PostgreSQL restarted in $((SECONDS - t_restart)) s with the broker down"
 while [ $((SECONDS - t_stop)) -lt 30 ]; do sleep 0.5; done
 pending=$(fwd_sql "SELECT events_pending FROM esrc.forwarder_status")
 "$FWD_KAFKA/broker.sh" restart "$dir/kafka" 2>&1 | tail -1 | sed 's/^/   /' >&2

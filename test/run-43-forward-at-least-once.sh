@@ -90,6 +90,26 @@ jq -c --argjson last "$last" 'select((.headers.ce_esrcposition | tonumber) > $la
 expect "events were appended after the switch" test -s "$dir/events_after.jsonl"
 fwd_check "$dir/events_after.jsonl" "$dir/after.jsonl" || status=1
 
+log "a property librdkafka does not know, then a fix"
+fwd_sql "ALTER SYSTEM SET esrc.kafka_properties = 'linger.ms=2;no.such.property=s3cret-value'" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+deadline=$((SECONDS + 30))
+until [ "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = error ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+err=$(fwd_sql "SELECT state || '|' || last_error || '|' || detail FROM esrc.forwarder_status")
+log "   status: $err"
+expect "the status names the refused property and never shows its value" \
+    eval '[[ "$err" == error\|*no.such.property* && "$err" != *s3cret* ]]'
+# (PostgreSQL itself logs "parameter ... changed to ..." at a reload, for
+# those who can read the server log; the forwarder's own lines never do)
+expect "the forwarder's log lines do not show the value either" \
+    eval '! grep "esrc forwarder" "$dir/pg/server.log" | grep -q s3cret-value'
+fwd_sql "SELECT esrc.append('warmup-1', 'WhileMisconfigured', '{}')" >/dev/null
+fwd_sql "ALTER SYSTEM SET esrc.kafka_properties = 'linger.ms=2'" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+fwd_wait_forwarded 60 || status=1
+expect "after the fix, forwarding resumed" \
+    test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = running
+
 if [ $status -ne 0 ]; then
     grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2
 fi
