@@ -126,6 +126,15 @@ PG_FUNCTION_INFO_V1(esrc_snapshot_at);
  */
 #define CATEGORY_LOCK_SPACE	0x4554
 
+/*
+ * The stream lock of append.c (locktag_field4 STREAM_LOCK_SPACE there, on a
+ * 64-bit hash of the stream name): the trigger applies an event only when
+ * its transaction holds that lock, i.e. when esrc.append or append_batch
+ * inserted it.  Keep in step with lock_stream() in append.c; every snapshot
+ * test fails if the two differ.
+ */
+#define APPEND_STREAM_LOCK_SPACE	0x4553
+
 /* what reducers (and snapshot SQL) run with */
 #define SNAPSHOT_SEARCH_PATH "pg_catalog, pg_temp"
 
@@ -262,6 +271,19 @@ lock_category(const char *category, LOCKMODE mode)
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 CATEGORY_LOCK_SPACE);
 	return LockAcquire(&tag, mode, false, false);
+}
+
+/* Does this transaction hold append.c's lock on stream? */
+static bool
+holds_stream_lock(const char *stream)
+{
+	LOCKTAG		tag;
+	uint64		h = hash_bytes_extended((const unsigned char *) stream,
+										strlen(stream), 0);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 APPEND_STREAM_LOCK_SPACE);
+	return LockHeldByMe(&tag, ExclusiveLock);
 }
 
 /* A category as given to create_snapshot: a valid name without "-". */
@@ -1287,6 +1309,20 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 
 	tuple = trigdata->tg_trigtuple;
 	desc = RelationGetDescr(trigdata->tg_relation);
+	stream = heap_getattr(tuple, attno(desc, "stream"), desc, &isnull);
+	stream_str = TextDatumGetCString(stream);
+
+	/*
+	 * Only events appended by esrc.append/append_batch, which hold the
+	 * stream lock, are applied.  Rows loaded into the log otherwise --
+	 * pg_restore (in any order and with any -j: the snapshot tables are
+	 * restored as dumped), COPY, logical replication, a superuser's INSERT
+	 * -- are not: the snapshot tables are loaded along with them, or
+	 * rebuilt afterwards.
+	 */
+	if (!holds_stream_lock(stream_str))
+		return PointerGetDatum(NULL);
+
 	category = TextDatumGetCString(heap_getattr(tuple, attno(desc, "category"), desc, &isnull));
 
 	/*
@@ -1313,8 +1349,6 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 			elog(ERROR, "snapshot definitions of category \"%s\" keep changing", category);
 	}
 
-	stream = heap_getattr(tuple, attno(desc, "stream"), desc, &isnull);
-	stream_str = TextDatumGetCString(stream);
 	version = DatumGetInt64(heap_getattr(tuple, attno(desc, "version"), desc, &isnull));
 	for (i = 0; i < EVENT_NATTS; i++)
 		evvalues[i] = heap_getattr(tuple,
