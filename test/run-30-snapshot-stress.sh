@@ -12,9 +12,10 @@
 # last version), every stream of the category must have its row, and no
 # rolled-back or rejected event may be in the log.
 #
-# Then the database is dumped and restored into a new one: the snapshot
-# tables come back as they were, their dependencies are recorded again, and
-# appends keep them current.  Last, a check that the copy of
+# Then the database is dumped and restored into a new one with pg_restore
+# -j 4 (so the log, the catalog and the snapshot tables load in no
+# particular order): the snapshot tables come back as they were, their
+# dependencies are recorded again, and appends keep them current.  Last, a check that the copy of
 # examples/security_service.sql embedded in test/specs/security_service.spec
 # is the file itself.
 #
@@ -178,7 +179,7 @@ fingerprint() {   # DB: one line per snapshot table, its rows hashed
 }
 "$PG_BINDIR/pg_dump" -Fc -f "$dir/dump" postgres
 psql -qX -v ON_ERROR_STOP=1 -c "CREATE DATABASE restored"
-"$PG_BINDIR/pg_restore" --exit-on-error -d restored "$dir/dump" 2>"$dir/restore.log" \
+"$PG_BINDIR/pg_restore" --exit-on-error -j 4 -d restored "$dir/dump" 2>"$dir/restore.log" \
     || { cat "$dir/restore.log"; die "pg_restore failed"; }
 [ "$(fingerprint postgres)" = "$(fingerprint restored)" ] || die "the restored snapshot tables differ"
 deps=$(psql -qAtX -d restored -c "
