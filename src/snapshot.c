@@ -19,6 +19,20 @@
  *		event applied.  The trigger checks version = previous + 1 before it
  *		applies an event (S2 would be broken otherwise).
  *
+ * The trigger applies only events whose transaction holds append.c's
+ * stream lock, i.e. events written by esrc.append/append_batch.  Rows
+ * loaded into the log any other way (pg_restore in any order, COPY,
+ * logical replication, a superuser's INSERT) are left to the snapshot
+ * tables' own restore or to rebuild_snapshot: loading a log never runs
+ * reducers.
+ *
+ * Writing.  For a table as create_snapshot makes it, the trigger looks the
+ * row up in the primary key and writes it with the executor's simple
+ * insert/update (what logical replication uses): no SPI, no planning.  For
+ * anything else (extra columns, forced row-level security, missing
+ * privileges) it runs the equivalent SQL through SPI.  Rebuild, load and
+ * snapshot_at always use SPI.
+ *
  * Concurrency.  Row updates of one stream are serialized by the stream
  * lock of append.c.  Three more locks make S2 hold against the DDL:
  *
@@ -47,7 +61,7 @@
  * here quotes identifiers and qualifies operators.
  *
  * Caching.  Definitions are cached per backend, keyed by category, with
- * the reducer's FmgrInfo and prepared SPI plans.  The cache is dropped on
+ * the reducer's FmgrInfo, the choice of write path and prepared SPI plans.  The cache is dropped on
  * relcache invalidation of esrc.snapshots (the catalog triggers send one for
  * every change) or of a snapshot table, and on any change of pg_proc,
  * pg_namespace, pg_authid or pg_auth_members (reducer replaced, renamed,
