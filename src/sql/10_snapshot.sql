@@ -54,10 +54,13 @@ GRANT SELECT ON esrc.snapshots TO esrc_reader;
 ------------------------------------------------------------------------
 -- Applying events: one row trigger on the event log
 --
--- Deliberately NOT "ENABLE ALWAYS": with session_replication_role =
--- replica (logical replication apply, pg_restore --disable-triggers) the
--- event log can be loaded without applying reducers again, because the
--- snapshot tables are loaded (or replicated) as they are.
+-- It applies only events written by esrc.append/append_batch (it checks
+-- that the transaction holds the stream lock), so loading the log any
+-- other way -- pg_restore in any order or with -j, COPY, logical
+-- replication -- never runs reducers: the snapshot tables are restored or
+-- replicated as they are, or rebuilt.  And it is not "ENABLE ALWAYS":
+-- with session_replication_role = replica it does not fire at all (see
+-- docs/snapshots.md, "Backup, restore and replication").
 ------------------------------------------------------------------------
 CREATE FUNCTION esrc.apply_snapshots() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_apply_snapshots';
