@@ -48,6 +48,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/sequence.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -160,6 +161,18 @@ esrc_safe_position(Oid seqoid)
 	int			i;
 
 	esrc_require_shared();
+
+	/*
+	 * A standby has no in-flight registry of the primary's appends, and its
+	 * copy of the sequence runs ahead of the primary's commits: a horizon
+	 * computed here would not be commit-safe.
+	 */
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the esrc read horizon is not available during recovery"),
+				 errdetail("esrc.read_all(), esrc.read_category() and esrc.safe_position() are commit-safe only on the primary, which tracks appends in flight."),
+				 errhint("Read global order on the primary, or use esrc.read_stream() on a standby.")));
 
 	horizon = sequence_last_value(seqoid);
 	pg_memory_barrier();
