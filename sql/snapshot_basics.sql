@@ -46,6 +46,17 @@ SELECT esrc.append('snapacct-5', 'Opened', '{"owner": "eve"}');
 COMMIT;
 SELECT stream, version FROM snap_accounts WHERE stream IN ('snapacct-4', 'snapacct-5');
 
+-- A snapshot created in the appending transaction applies at once; a
+-- rolled-back create leaves nothing.
+BEGIN;
+SELECT esrc.create_snapshot('snap_txn', 'snapacct', 'esrc.merge(jsonb, esrc.event)', '{"txn": true}');
+SELECT esrc.append('snapacct-1', 'Deposited', '{"balance": 77}');
+SELECT version, state FROM snap_txn WHERE stream = 'snapacct-1';
+ROLLBACK;
+SELECT to_regclass('snap_txn') AS table_left,
+       (SELECT count(*) FROM esrc.snapshots WHERE category = 'snapacct') AS definitions;
+SELECT version, state FROM snap_accounts WHERE stream = 'snapacct-1';
+
 -- load: state and version; the initial state and -1 for a new stream.
 SELECT * FROM esrc.load('snap_accounts', 'snapacct-2');
 SELECT * FROM esrc.load('snap_accounts', 'snapacct-new');

@@ -786,6 +786,8 @@ raise_if_broken(SnapshotDef *def)
 				(errcode(def->broken_code),
 				 errmsg("%s", def->broken_msg),
 				 def->broken_detail ? errdetail("%s", def->broken_detail) : 0,
+				 def->broken_code == ERRCODE_UNDEFINED_TABLE ?
+				 errhint("Delete the row of snapshot %u from esrc.snapshots.", def->relid) :
 				 errhint("Fix the cause, or drop the snapshot with esrc.drop_snapshot() and create it again.")));
 }
 
