@@ -73,7 +73,7 @@ CONF
 
 log "starting the server under valgrind"
 as_test_user valgrind --tool=memcheck --quiet --trace-children=no --track-origins=yes \
-    --read-var-info=no --num-callers=40 --error-limit=no --gen-suppressions=all \
+    --read-var-info=no --fullpath-after= --num-callers=40 --error-limit=no --gen-suppressions=all \
     "${supps[@]}" --log-file="$dir/vg.%p.log" \
     "$PG_BINDIR/postgres" -D "$dir/data" >"$dir/server.log" 2>&1 &
 vgpid=$!

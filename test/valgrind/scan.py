@@ -17,43 +17,54 @@ LINE = re.compile(r'^==(\d+)== ?(.*)$')
 
 
 def blocks(path):
-    """Yield (message, frames, suppression) for each error in one log."""
-    msg, frames, supp = None, [], []
-    in_supp = False
+    """The errors of one log as [message, frames, suppression] lists.  An
+    error runs from its message to the next "==PID== " line with no text;
+    the suppression valgrind generated (--gen-suppressions=all) follows it."""
+    errors = []
+    msg, frames = None, []
+    supp = None
     with open(path, errors='replace') as f:
         for raw in f:
             raw = raw.rstrip('\n')
-            if in_supp:
+            if supp is not None:
                 supp.append(raw)
                 if raw == '}':
-                    in_supp = False
-                    yield msg, frames, '\n'.join(supp)
-                    msg, frames, supp = None, [], []
+                    if errors:
+                        errors[-1][2] = '\n'.join(supp)
+                    supp = None
                 continue
             if raw == '{':
-                in_supp = True
                 supp = [raw]
                 continue
             m = LINE.match(raw)
             if not m:
                 continue
-            text = m.group(2)
-            if not text.strip():
-                continue
-            if text.lstrip().startswith(('at 0x', 'by 0x')):
-                frames.append(text.strip())
+            text = m.group(2).strip()
+            if not text:
+                if msg is not None:
+                    errors.append([msg, frames, ''])
+                msg, frames = None, []
             elif msg is None:
-                msg = text.strip()
+                msg = text
             else:
-                frames.append(text.strip())
+                frames.append(text)
+    if msg is not None:
+        errors.append([msg, frames, ''])
+    return errors
 
 
 def is_esrc(frames):
+    """Does a frame lie in esrc.so or in one of esrc's source files?  The
+    server runs with --fullpath-after=, so those show as .../src/append.c
+    (a PostgreSQL file of the same name would be .../src/backend/...)."""
     for fr in frames:
         if 'esrc.so' in fr:
             return True
-        m = re.search(r'\(([^():]+\.[ch]):\d+\)', fr)
-        if m and m.group(1) in ESRC_FILES and 'postgres' not in fr:
+        m = re.search(r'\((?:.*/)?src/([^/():]+\.[ch]):\d+\)', fr)
+        if m and m.group(1) in ESRC_FILES:
+            return True
+        m = re.search(r'\(([^/():]+\.[ch]):\d+\)', fr)
+        if m and m.group(1) in ESRC_FILES and '(in /' not in fr:
             return True
     return False
 
