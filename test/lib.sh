@@ -119,3 +119,13 @@ ensure_python_psycopg() {
     python3 -m pip install -q --disable-pip-version-check "psycopg[binary]==3.3.9" >/dev/null 2>&1 \
         || python3 -m pip install -q --disable-pip-version-check --break-system-packages "psycopg[binary]==3.3.9" >/dev/null
 }
+
+# What the Kafka forwarding tests need beyond ensure_deps (jq for
+# test/kafka/consume.sh and the checks), once per machine.
+ensure_forward_deps() {
+    command -v jq >/dev/null && return 0
+    [ "$(id -u)" = 0 ] || die "missing package jq; install it or run as root"
+    log "installing jq (apt-get)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq >/dev/null
+}

@@ -58,14 +58,14 @@ fwd_sql "CHECKPOINT" >/dev/null
 last=$(fwd_sql "SELECT max(position) FROM esrc.events")
 start=$(fwd_sql "SELECT last_position FROM esrc.forwarder_worker_status()")
 log "forwarding $((last - start)) events"
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
 while [ "$(fwd_sql "SELECT last_position >= $last FROM esrc.forwarder_worker_status()")" != t ]; do
     sleep 0.05
 done
-t1=$(date +%s.%N)
-fwd_rate=$(echo "($last - $start) / ($t1 - $t0)" | bc)
-echo "forwarder_events_per_s $fwd_rate   (exactly_once, $((last - start)) events, $(echo "$t1 - $t0" | bc) s)"
+t1=$(date +%s%N)
+fwd_rate=$(( (last - start) * 1000000000 / (t1 - t0) ))
+echo "forwarder_events_per_s $fwd_rate   (exactly_once, $((last - start)) events, $(( (t1 - t0) / 1000000 )) ms)"
 
 log "raw librdkafka producer, same broker, same record shape"
 raw=$("$dir/fwdbench" raw "$FWD_BROKER" raw.idempotent "$((last - start))" 100 | sed -n 's/^raw_events_per_s //p')
@@ -73,7 +73,7 @@ echo "raw_idempotent_events_per_s $raw"
 rawtx=$("$dir/fwdbench" raw "$FWD_BROKER" raw.transactional "$((last - start))" 100 transactional "$batch" |
     sed -n 's/^raw_events_per_s //p')
 echo "raw_transactional_events_per_s $rawtx   (transactions of $batch records)"
-echo "forwarder_vs_raw $(echo "scale=2; $fwd_rate / $raw" | bc)"
+echo "forwarder_vs_raw $(awk -v f="$fwd_rate" -v r="$raw" 'BEGIN { printf "%.2f", f / r }')"
 
 # --- 2. latency -----------------------------------------------------------
 echo "SELECT esrc.append('lat-' || (random() * 100)::int, 'Tick', '{\"x\": 1}');" >"$dir/lat.sql"

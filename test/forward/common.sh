@@ -1,9 +1,10 @@
 # test/forward/common.sh: helpers for the Kafka forwarding tests
 # (test/run-4*-forward-*.sh) and bench/forward.  Source after test/lib.sh.
 #
-#   fwd_under_reaper "$@"     first line of a driver: re-run it under a
-#                             child subreaper (see run-50-tap.sh), so that a
-#                             SIGKILLed postmaster is reaped, not a zombie
+#   fwd_under_reaper "$@"     first line of a driver: install jq if missing,
+#                             re-run it under a child subreaper (see
+#                             run-50-tap.sh), so that a SIGKILLed
+#                             postmaster is reaped, not a zombie
 #   fwd_start_kafka DIR       broker in DIR on free ports; sets FWD_BROKER
 #   fwd_start_pg DIR CONF...  server with the forwarder pointed at the
 #                             broker, database $FWD_DB with the extension;
@@ -39,6 +40,7 @@ while True:
 
 fwd_under_reaper() {
     [ -n "${FWD_REAPED:-}" ] && return 0
+    ensure_forward_deps
     export FWD_REAPED=1
     exec python3 -c "$FWD_REAPER_PY" bash "$0" "$@"
 }
