@@ -1438,6 +1438,7 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 	int			last = -1;		/* last index the position covers */
 	int			i;
 	EsrcKafkaStatus status;
+	char		poison_err[512] = "";
 
 	error = rd_kafka_begin_transaction(k->rk);
 	if (error != NULL)
@@ -1457,7 +1458,8 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 				if (is_poison(e))
 				{
 					/* refused locally: commit what comes before it */
-					record_error(&recs[i], "cannot send", err, errlen);
+					record_error(&recs[i], "cannot send", poison_err, sizeof(poison_err));
+					strlcpy(err, poison_err, errlen);
 					*poison = i;
 					nprod = i;
 					break;
@@ -1499,7 +1501,12 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			k->cur = (k->cur + 1) % k->nrk;
 			k->rk = k->rks[k->cur];
 			k->offsets_rkt = k->offsets_rkts[k->cur];
-			return nprod < nrecs ? ESRC_KAFKA_POISON : ESRC_KAFKA_OK;
+			if (nprod < nrecs)
+			{
+				strlcpy(err, poison_err, errlen);
+				return ESRC_KAFKA_POISON;
+			}
+			return ESRC_KAFKA_OK;
 		}
 		switch (txn_error(error, "commit_transaction", err, errlen))
 		{
