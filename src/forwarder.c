@@ -625,10 +625,7 @@ reload_config(void)
 	{
 		copy_config();
 		if (kafka_changed)
-		{
-			disconnect();
-			position = -1;		/* learn it again from the authority */
-		}
+			disconnect();		/* connect_kafka() learns the position anew */
 		config_refused = false;
 		backoff_ms = 0;
 		retry_at = 0;
@@ -1048,11 +1045,14 @@ connect_kafka(void)
 		return false;
 	}
 
-	/* neither the table nor Kafka is ever ahead of what Kafka has */
-	if (cfg.exactly_once)
-		position = Max(kafka_position, table_position);
-	else
-		position = Max(position, table_position);
+	/*
+	 * None of the three is ever ahead of what Kafka has: the offsets topic
+	 * (exactly_once), the table (written after a commit or a delivery) and
+	 * our own position (advanced after one).  After a failed commit Kafka
+	 * may have more than we know; after a switch of mode the table or our
+	 * position may be ahead of an old position record.
+	 */
+	position = Max(Max(kafka_position, table_position), position);
 	if (position > table_position)
 		mirror_dirty = true;
 	publish_progress(position, 0);
@@ -1209,9 +1209,7 @@ forward_batch(char **categories)
 		case ESRC_KAFKA_FATAL:
 		case ESRC_KAFKA_CONFIG:
 			report_failure(FWD_ERROR, err, "The Kafka producer is recreated.");
-			disconnect();
-			if (cfg.exactly_once)
-				position = -1;	/* Kafka knows what was committed */
+			disconnect();		/* Kafka may have more: connect_kafka() asks */
 			schedule_retry();
 			break;
 	}
@@ -1373,7 +1371,6 @@ esrc_forwarder_main(Datum main_arg)
 		if (cfg.brokers[0] == '\0')
 		{
 			disconnect();
-			position = -1;
 			set_state(FWD_IDLE, "esrc.kafka_brokers is empty: events wait in the log.");
 			wait_latch(NO_BROKERS_WAIT_MS);
 			continue;
