@@ -11,6 +11,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use File::Basename ();
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -142,7 +143,7 @@ sub start_load
 	my $clients = $opt{clients} // 4;
 	my $seconds = $opt{seconds} // 120;
 	my $round = $opt{round} // 1;
-	mkdir $dir;
+	mkdir $dir or die "cannot create $dir: $!";
 	open my $s, '>', "$dir/single.pgbench" or die $!;
 	print $s <<'EOS';
 BEGIN;
@@ -360,7 +361,10 @@ sub crash_round
 	$node->safe_psql('postgres', "SELECT esrc.append('victim-$r', 'Seed', '{}')");
 	install_gate($node, "victim-$r", 300);
 
-	my $load = start_load($node, "$tmp/load_$r", round => $r);
+	# a directory of this test's own: the acknowledged transactions are
+	# counted from every pgbench log in it
+	my $test = File::Basename::basename($0, '.pl');
+	my $load = start_load($node, "$tmp/${test}_load_$r", round => $r);
 	$node->poll_query_until('postgres',
 		"SELECT count(*) >= 300 FROM esrc.events WHERE stream LIKE 'load$r-%'")
 	  or die "the load did not start";
