@@ -672,6 +672,34 @@ class Fuzzer:
             evs.append(Event(stream, head + 1 + i, el['type'], data, meta, u))
         self.record(evs)
 
+    def case_retry(self):
+        """A client retrying appends that were stored (same ids, with the
+        expected version of the first attempt, by now stale): it gets the
+        stored version back and nothing is written."""
+        r = self.rnd
+        if not self.stream_pool:
+            return
+        stream = r.choice(self.stream_pool)
+        evs = self.streams.get(stream, [])
+        if not evs:
+            return
+        i = r.randrange(len(evs))
+        j = min(len(evs), i + r.choice([1, 1, 2, 3]))
+        run = evs[i:j]
+        expected = r.choice([None, i - 1, -1, -2])
+        if len(run) == 1 and r.random() < 0.5:
+            e = run[0]
+            self.case = ('retry append', stream, e.version, expected)
+            # the data need not be the same: the id decides
+            rows = self.run('retry', APPEND_SQL, (stream, e.type, '{}', None, expected, e.id), {ACCEPT})
+        else:
+            batch = [{'type': e.type, 'data': {}, 'id': e.id} for e in run]
+            self.case = ('retry append_batch', stream, [e.version for e in run], expected)
+            rows = self.run('retry', BATCH_SQL, (stream, self.gen.dumps(batch), expected), {ACCEPT})
+        if rows[0][0] != run[-1].version:
+            self.fail(f'retry returned version {rows[0][0]}, the stored version is {run[-1].version}')
+        self.verify_stream(stream)
+
     # -- recording and reading back ------------------------------------------
 
     def record(self, evs):
@@ -871,7 +899,7 @@ class Fuzzer:
     def main(self):
         deadline = time.time() + self.args.seconds
         cases = [self.case_append] * 40 + [self.case_batch] * 30 + [self.case_read] * 20 + \
-            [self.case_transaction] * 10
+            [self.case_transaction] * 10 + [self.case_retry] * 5
         while time.time() < deadline and (self.args.cases == 0 or self.cases < self.args.cases):
             self.cases += 1
             self.rnd.choice(cases)()
