@@ -645,7 +645,16 @@ create_topic(EsrcKafka *k, const char *name, int partitions, bool compacted,
 		return ESRC_KAFKA_POISON;
 	}
 	if (compacted)
+	{
+		/*
+		 * One record per transaction, read from the start at every connect:
+		 * small segments that roll hourly keep the uncompacted tail short.
+		 */
 		rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
+		rd_kafka_NewTopic_set_config(nt, "segment.bytes", "16777216");
+		rd_kafka_NewTopic_set_config(nt, "segment.ms", "3600000");
+		rd_kafka_NewTopic_set_config(nt, "min.cleanable.dirty.ratio", "0.1");
+	}
 
 	opts = rd_kafka_AdminOptions_new(k->rks[0], RD_KAFKA_ADMIN_OP_CREATETOPICS);
 	rd_kafka_AdminOptions_set_request_timeout(opts, ADMIN_MS, errstr, sizeof(errstr));
