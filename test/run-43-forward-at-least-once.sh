@@ -3,7 +3,8 @@
 # reload: under load, kill -9 the postmaster and kill -9 the broker; then
 # nothing committed may be missing and the first delivery of every event
 # comes in order (duplicates are allowed, and counted).  Then a reload to
-# exactly_once: from there on, every event exactly once.
+# exactly_once: from there on, every event exactly once.  A property that
+# librdkafka refuses, and a change of esrc.database.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -109,6 +110,19 @@ fwd_sql "SELECT pg_reload_conf()" >/dev/null
 fwd_wait_forwarded 60 || status=1
 expect "after the fix, forwarding resumed" \
     test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = running
+
+log "esrc.database changed: the worker restarts for the other database"
+fwd_sql "ALTER SYSTEM SET esrc.database = 'postgres'" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+deadline=$((SECONDS + 30))
+until [ "$(fwd_sql "SELECT datname FROM pg_stat_activity WHERE backend_type = 'esrc forwarder'")" = postgres ] ||
+    [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+expect "the worker now serves database postgres" \
+    test "$(fwd_sql "SELECT datname FROM pg_stat_activity WHERE backend_type = 'esrc forwarder'")" = postgres
+expect "here the status says inactive" \
+    test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = inactive
+grep -q 'esrc.database changed from "esrc_fwd" to "postgres", restarting' "$dir/pg/server.log" ||
+    { log "FAIL - no log line for the restart"; status=1; }
 
 if [ $status -ne 0 ]; then
     grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2
