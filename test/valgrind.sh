@@ -30,10 +30,17 @@ PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
 dir=$(test_tmpdir valgrind)
 port=$(free_port)
 vgpid=
+pmpid=
 cleanup() {
-    if [ -f "$dir/data/postmaster.pid" ]; then
-        as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -m immediate -w -t 120 stop >/dev/null 2>&1 ||
-            kill -9 "$(head -1 "$dir/data/postmaster.pid")" 2>/dev/null || true
+    # stop the postmaster; if that fails, kill it by its pid (only while
+    # that pid is still our postmaster: its command line names our data dir)
+    if [ -z "$pmpid" ] && [ -n "$vgpid" ] && [ -f "$dir/data/postmaster.pid" ]; then
+        pmpid=$(head -1 "$dir/data/postmaster.pid")
+    fi
+    if [ -n "$pmpid" ] && ! as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -m immediate -w -t 120 \
+            stop >/dev/null 2>&1; then
+        tr '\0' ' ' <"/proc/$pmpid/cmdline" 2>/dev/null | grep -qF -- "$dir/data" &&
+            kill -9 "$pmpid" 2>/dev/null || true
     fi
     [ -n "$vgpid" ] && kill -9 "$vgpid" 2>/dev/null || true
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
@@ -82,6 +89,7 @@ for _ in $(seq 1 240); do
     sleep 0.5
 done
 "$PG_BINDIR/pg_isready" -q -h 127.0.0.1 -p "$port" || { tail -30 "$dir/server.log"; die "server did not start"; }
+pmpid=$(head -1 "$dir/data/postmaster.pid")
 
 status=0
 t0=$SECONDS
@@ -129,6 +137,7 @@ fi
 as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 300 stop >/dev/null || status=1
 wait "$vgpid" || true
 vgpid=
+pmpid=
 
 # the scanner must flag an error with an esrc frame (self-check), then scan
 printf '%s\n' '==1== Invalid read of size 4' '==1==    at 0x4A: esrc_append (append.c:10)' \
