@@ -7,7 +7,7 @@
  *	 1. checks its input (nothing is locked or written for bad input);
  *	 2. takes the stream lock, a transaction-scoped heavyweight lock on a
  *		64-bit hash of the stream name (an advisory lock tag in a key space
- *		of its own, see STREAM_LOCK_SPACE).  Appends to one stream
+ *		of its own, see ESRC_STREAM_LOCK_SPACE).  Appends to one stream
  *		serialize on it until commit; appends to other streams never wait
  *		for each other;
  *	 3. with the lock held, looks up the event ids it was given
@@ -51,13 +51,6 @@
 
 PG_FUNCTION_INFO_V1(esrc_append);
 PG_FUNCTION_INFO_V1(esrc_append_batch);
-
-/*
- * locktag_field4 of stream locks.  User advisory locks use 1 and 2, so
- * stream locks never collide with pg_advisory_lock(); in pg_locks they show
- * as locktype 'advisory' with objsubid 17747.
- */
-#define STREAM_LOCK_SPACE	0x4553
 
 /* expected_version sentinels */
 #define EXPECT_NO_STREAM	(-1)
@@ -329,15 +322,27 @@ raise_version_conflict(const char *stream, int64 expected, int64 head)
 				 errhint("Reload the stream's state and retry the command.")));
 }
 
+/*
+ * The lock tag of a stream or category name in key space "space": a 64-bit
+ * hash of the name in this database.  snapshot.c uses it too, to take
+ * category locks and to recognize events appended under the stream lock.
+ */
+void
+esrc_name_locktag(LOCKTAG *tag, const char *name, uint16 space)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) name,
+										strlen(name), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 space);
+}
+
 static void
 lock_stream(const char *stream)
 {
 	LOCKTAG		tag;
-	uint64		h = hash_bytes_extended((const unsigned char *) stream,
-										strlen(stream), 0);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 STREAM_LOCK_SPACE);
+	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
@@ -647,6 +652,61 @@ batch_error_context(void *arg)
 	errcontext("event %d of the batch", *(int *) arg + 1);
 }
 
+typedef struct IdRef
+{
+	pg_uuid_t  *id;
+	int			index;
+} IdRef;
+
+static int
+idref_cmp(const void *a, const void *b)
+{
+	const IdRef *x = a;
+	const IdRef *y = b;
+	int			c = memcmp(x->id->data, y->id->data, UUID_LEN);
+
+	if (c != 0)
+		return c;
+	return (x->index > y->index) - (x->index < y->index);
+}
+
+/*
+ * An id given twice in one batch would fail at insert time; say so now,
+ * clearly, naming the first event that repeats an earlier one.  Sorting
+ * keeps this O(n log n) for large batches.
+ */
+static void
+check_duplicate_ids(int nevents, EventInput *events)
+{
+	IdRef	   *refs = palloc(sizeof(IdRef) * nevents);
+	int			nrefs = 0;
+	int			dup = -1;
+	int			first = -1;
+	int			i;
+
+	for (i = 0; i < nevents; i++)
+		if (events[i].id != NULL)
+		{
+			refs[nrefs].id = events[i].id;
+			refs[nrefs].index = i;
+			nrefs++;
+		}
+	qsort(refs, nrefs, sizeof(IdRef), idref_cmp);
+	for (i = 1; i < nrefs; i++)
+		if (memcmp(refs[i].id->data, refs[i - 1].id->data, UUID_LEN) == 0 &&
+			(dup < 0 || refs[i].index < dup))
+		{
+			dup = refs[i].index;
+			first = refs[i - 1].index;
+		}
+	if (dup >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid event %d in batch: id is the same as the id of event %d",
+						dup + 1, first + 1)));
+	pfree(refs);
+}
+
 /*
  * esrc.append_batch(stream, events jsonb, expected_version)
  */
@@ -658,8 +718,7 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 	int			nevents;
 	EventInput *events;
 	ErrorContextCallback errcallback;
-	int			i,
-				j;
+	int			i;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -687,14 +746,7 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 		parse_batch_event(getIthJsonbValueFromContainer(&batch->root, i), i, &events[i]);
 	error_context_stack = errcallback.previous;
 
-	/* an id given twice would fail at insert time; say so now, clearly */
-	for (i = 0; i < nevents; i++)
-		for (j = 0; events[i].id && j < i; j++)
-			if (events[j].id && memcmp(events[i].id, events[j].id, UUID_LEN) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("invalid event %d in batch: id is the same as the id of event %d",
-								i + 1, j + 1)));
+	check_duplicate_ids(nevents, events);
 
 	PG_RETURN_INT64(append_events(stream, nevents, events, PG_ARGISNULL(2),
 								  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2)));

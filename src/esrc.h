@@ -99,6 +99,19 @@ extern void esrc_order_shmem_init(bool found);
 extern int64 esrc_allocate_position(Oid seqoid);
 extern int64 esrc_safe_position(Oid seqoid);
 
+/*
+ * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags
+ * on a 64-bit hash of the name; user advisory locks use 1 and 2).  In
+ * pg_locks they show as locktype 'advisory' with objsubid 17747 (stream)
+ * and 17748 (category).
+ */
+#define ESRC_STREAM_LOCK_SPACE		0x4553
+#define ESRC_CATEGORY_LOCK_SPACE	0x4554
+
+/* append.c: the lock tag of a stream or category name */
+struct LOCKTAG;
+extern void esrc_name_locktag(struct LOCKTAG *tag, const char *name, uint16 space);
+
 /* append.c: input checks shared with read.c */
 extern char *esrc_check_name(text *value, const char *what, int maxlen);
 extern char *esrc_stream_category(const char *stream);

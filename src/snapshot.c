@@ -37,7 +37,7 @@
  * lock of append.c.  Three more locks make S2 hold against the DDL:
  *
  *	 - the category lock (an advisory lock tag in key space
- *	   CATEGORY_LOCK_SPACE): every append takes it in ShareLock mode, from
+ *	   ESRC_CATEGORY_LOCK_SPACE): every append takes it in ShareLock mode, from
  *	   its first event of the category until the transaction ends;
  *	   create_snapshot and drop_snapshot take it in ExclusiveLock mode, so
  *	   they wait for the category's in-flight appends and block new ones
@@ -134,20 +134,11 @@ PG_FUNCTION_INFO_V1(esrc_load);
 PG_FUNCTION_INFO_V1(esrc_snapshot_at);
 
 /*
- * locktag_field4 of category locks.  append.c uses 0x4553 for stream locks
- * and user advisory locks use 1 and 2; in pg_locks category locks show as
- * locktype 'advisory' with objsubid 17748.
+ * Category locks (ESRC_CATEGORY_LOCK_SPACE) and the stream lock of append.c
+ * (ESRC_STREAM_LOCK_SPACE) share esrc_name_locktag(): the trigger applies
+ * an event only when its transaction holds that stream lock, i.e. when
+ * esrc.append or append_batch inserted it.
  */
-#define CATEGORY_LOCK_SPACE	0x4554
-
-/*
- * The stream lock of append.c (locktag_field4 STREAM_LOCK_SPACE there, on a
- * 64-bit hash of the stream name): the trigger applies an event only when
- * its transaction holds that lock, i.e. when esrc.append or append_batch
- * inserted it.  Keep in step with lock_stream() in append.c; every snapshot
- * test fails if the two differ.
- */
-#define APPEND_STREAM_LOCK_SPACE	0x4553
 
 /* what reducers (and snapshot SQL) run with */
 #define SNAPSHOT_SEARCH_PATH "pg_catalog, pg_temp"
@@ -279,11 +270,8 @@ static LockAcquireResult
 lock_category(const char *category, LOCKMODE mode)
 {
 	LOCKTAG		tag;
-	uint64		h = hash_bytes_extended((const unsigned char *) category,
-										strlen(category), 0);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 CATEGORY_LOCK_SPACE);
+	esrc_name_locktag(&tag, category, ESRC_CATEGORY_LOCK_SPACE);
 	return LockAcquire(&tag, mode, false, false);
 }
 
@@ -292,11 +280,8 @@ static bool
 holds_stream_lock(const char *stream)
 {
 	LOCKTAG		tag;
-	uint64		h = hash_bytes_extended((const unsigned char *) stream,
-										strlen(stream), 0);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 APPEND_STREAM_LOCK_SPACE);
+	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
 	return LockHeldByMe(&tag, ExclusiveLock);
 }
 
