@@ -546,13 +546,23 @@ static TimestampTz retry_at = 0;
 static bool config_refused = false; /* wait for a reload */
 static int64 poison_position = 0;	/* 0 = none */
 
-/* the batch being sent */
-static MemoryContext batch_cxt = NULL;
+/*
+ * Batches.  Two of them: while librdkafka sends one, the worker reads the
+ * next into the other (see forward_batch).
+ */
+typedef struct Batch
+{
+	MemoryContext cxt;			/* everything the batch points to */
+	EsrcKafkaRecord *recs;
+	char	  **categories;		/* per record, for its topic */
+	int			len;
+	int64		bytes;			/* text bytes copied so far */
+	bool		held;			/* open appends held the horizon back */
+} Batch;
+
+static Batch batches[2];
+static Batch *fill = NULL;		/* the batch read_log() fills */
 static MemoryContext loop_cxt = NULL;	/* reset every turn of the loop */
-static EsrcKafkaRecord *batch = NULL;
-static int	batch_len = 0;
-static int64 batch_bytes = 0;
-static bool horizon_held = false;	/* open appends hold the horizon back */
 
 static void
 copy_config(void)
@@ -691,6 +701,7 @@ make_source(const char *dbname)
  */
 
 static SPIPlanPtr batch_plan = NULL;
+static double wal_flush_ms = 0;	/* for the DEBUG1 statistics */
 static SPIPlanPtr state_plan = NULL;
 static SPIPlanPtr mirror_plan = NULL;
 
@@ -707,7 +718,6 @@ typedef struct BatchReceiver
 {
 	DestReceiver pub;
 	MemoryContext row_cxt;
-	char	  **categories;		/* per record, for the topic */
 } BatchReceiver;
 
 static char *
@@ -715,13 +725,13 @@ copy_text(Datum d, int *len)
 {
 	text	   *t = DatumGetTextPP(d);
 	int			n = VARSIZE_ANY_EXHDR(t);
-	char	   *s = MemoryContextAlloc(batch_cxt, n + 1);
+	char	   *s = MemoryContextAlloc(fill->cxt, n + 1);
 
 	memcpy(s, VARDATA_ANY(t), n);
 	s[n] = '\0';
 	if (len)
 		*len = n;
-	batch_bytes += n;
+	fill->bytes += n;
 	return s;
 }
 
@@ -731,7 +741,7 @@ format_time(TimestampTz ts)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
-	char	   *s = MemoryContextAlloc(batch_cxt, 40);
+	char	   *s = MemoryContextAlloc(fill->cxt, 40);
 
 	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
 		ereport(ERROR,
@@ -751,12 +761,12 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	MemoryContext old;
 	bool		isnull;
 
-	if (batch_len > 0 && batch_bytes >= BATCH_BYTES)
+	if (fill->len > 0 && fill->bytes >= BATCH_BYTES)
 		return false;
 
 	old = MemoryContextSwitchTo(r->row_cxt);
 	slot_getallattrs(slot);
-	rec = &batch[batch_len];
+	rec = &fill->recs[fill->len];
 	memset(rec, 0, sizeof(*rec));
 	rec->position = DatumGetInt64(slot->tts_values[0]);
 	rec->stream = copy_text(slot->tts_values[1], &rec->stream_len);
@@ -767,9 +777,9 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	rec->metadata = isnull ? NULL : copy_text(slot->tts_values[5], NULL);
 	rec->id = copy_text(slot->tts_values[6], NULL);
 	rec->time = format_time(DatumGetTimestampTz(slot->tts_values[7]));
-	r->categories[batch_len] = copy_text(slot->tts_values[8], NULL);
+	fill->categories[fill->len] = copy_text(slot->tts_values[8], NULL);
 	rec->skip = DatumGetBool(slot->tts_values[9]);
-	batch_len++;
+	fill->len++;
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(r->row_cxt);
 	return true;
@@ -838,18 +848,21 @@ sequence_last_value(Oid seqoid)
 typedef enum ReadResult
 {
 	READ_OK,
-	READ_NO_EXTENSION
+	READ_NO_EXTENSION,
+	READ_NEW_LOG				/* log_id is not ours: the extension was
+								 * created anew */
 } ReadResult;
 
 /*
  * One short transaction: write the position mirror if due, read the
- * forwarder's row of esrc.forwarder_state, and, with want_batch, the next
- * batch of events after "position" up to the safe horizon into batch[].
- * Never called with a Kafka wait pending.  May ereport(ERROR), which ends
- * the worker.
+ * forwarder's row of esrc.forwarder_state (into table_position; with
+ * READ_NEW_LOG the new log_id is in log_id), and, with want_batch, the
+ * events after position "after" up to the safe horizon into *b.  It may
+ * run while librdkafka sends another batch, but it never waits for
+ * Kafka.  May ereport(ERROR), which ends the worker.
  */
 static ReadResult
-read_log(bool want_batch, char ***categories)
+read_log(Batch *b, bool want_batch, int64 after)
 {
 	Oid			nsp;
 	Oid			seqoid;
@@ -857,10 +870,11 @@ read_log(bool want_batch, char ***categories)
 	XLogRecPtr	flush_to = InvalidXLogRecPtr;
 	ReadResult	result = READ_OK;
 
-	batch_len = 0;
-	batch_bytes = 0;
-	horizon_held = false;
-	MemoryContextReset(batch_cxt);
+	b->len = 0;
+	b->bytes = 0;
+	b->held = false;
+	MemoryContextReset(b->cxt);
+	fill = b;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -920,15 +934,11 @@ read_log(bool want_batch, char ***categories)
 		if (strcmp(id, log_id) != 0)
 		{
 			if (log_id[0] != '\0')
-				ereport(LOG,
-						(errmsg("esrc forwarder: the log of database \"%s\" is new (log_id %s), starting from its position " INT64_FORMAT,
-								served_database, id, table_position)));
+			{
+				result = READ_NEW_LOG;
+				want_batch = false;
+			}
 			strlcpy(log_id, id, sizeof(log_id));
-			disconnect();
-			position = -1;
-			poison_position = 0;
-			mirror_dirty = false;
-			want_batch = false;
 		}
 	}
 
@@ -941,12 +951,12 @@ read_log(bool want_batch, char ***categories)
 		ParamListInfo params;
 		Oid			types[3] = {INT8OID, INT8OID, INT8OID};
 
-		horizon_held = horizon < last;
+		b->held = horizon < last;
 		if (batch_plan == NULL)
 			batch_plan = prepare(BATCH_SQL, 3, types);
 
 		params = makeParamList(3);
-		params->params[0].value = Int64GetDatum(position);
+		params->params[0].value = Int64GetDatum(after);
 		params->params[1].value = Int64GetDatum(horizon);
 		params->params[2].value = Int64GetDatum((int64) esrc_kafka_batch_size);
 		for (int i = 0; i < 3; i++)
@@ -956,8 +966,8 @@ read_log(bool want_batch, char ***categories)
 			params->params[i].ptype = INT8OID;
 		}
 
-		batch = MemoryContextAlloc(batch_cxt, sizeof(EsrcKafkaRecord) * esrc_kafka_batch_size);
-		*categories = MemoryContextAlloc(batch_cxt, sizeof(char *) * esrc_kafka_batch_size);
+		b->recs = MemoryContextAlloc(b->cxt, sizeof(EsrcKafkaRecord) * esrc_kafka_batch_size);
+		b->categories = MemoryContextAlloc(b->cxt, sizeof(char *) * esrc_kafka_batch_size);
 		memset(&recv, 0, sizeof(recv));
 		recv.pub.receiveSlot = batch_receive;
 		recv.pub.rStartup = batch_startup;
@@ -966,7 +976,6 @@ read_log(bool want_batch, char ***categories)
 		recv.pub.mydest = DestTuplestore;	/* anything but DestNone: SPI_OK_SELECT */
 		recv.row_cxt = AllocSetContextCreate(CurrentMemoryContext, "esrc batch row",
 											 ALLOCSET_DEFAULT_SIZES);
-		recv.categories = *categories;
 
 		/* a snapshot taken after the horizon, as read_all does (read.c) */
 		memset(&options, 0, sizeof(options));
@@ -995,8 +1004,17 @@ done:
 	 * synchronous_commit = off an appender's commit is visible before it
 	 * is durable.  With synchronous commits this returns at once.
 	 */
-	if (batch_len > 0 && flush_to != InvalidXLogRecPtr)
+	if (b->len > 0 && flush_to != InvalidXLogRecPtr)
+	{
+		instr_time	t0,
+					t1;
+
+		INSTR_TIME_SET_CURRENT(t0);
 		XLogFlush(flush_to);
+		INSTR_TIME_SET_CURRENT(t1);
+		INSTR_TIME_SUBTRACT(t1, t0);
+		wal_flush_ms += INSTR_TIME_GET_MILLISEC(t1);
+	}
 	return result;
 }
 
@@ -1067,82 +1085,115 @@ connect_kafka(void)
 }
 
 /*
- * Look up (creating if need be) the topic of every record; on the first
- * record whose topic cannot be used, cut the batch there.  Returns the
- * status of that topic (OK when all are usable).
+ * Look up (creating if need be) the topic of every record of b; on the
+ * first record whose topic cannot be used, cut there.  Returns the status
+ * of that topic (OK when all are usable) and in *usable how many records
+ * can be sent.
  */
 static EsrcKafkaStatus
-resolve_topics(char **categories, int *usable, char *err, size_t errlen)
+resolve_topics(Batch *b, int *usable, char *err, size_t errlen)
 {
 	int			i;
 
-	for (i = 0; i < batch_len; i++)
+	for (i = 0; i < b->len; i++)
 	{
 		char		name[512];
 		EsrcKafkaStatus st;
 
-		if (!expand_topic(cfg.topic, categories[i], name, sizeof(name)))
+		if (!expand_topic(cfg.topic, b->categories[i], name, sizeof(name)))
 			strlcpy(name, "", sizeof(name));	/* refused by the name check */
-		st = esrc_kafka_topic(kafka, name, &batch[i].topic, err, errlen);
+		st = esrc_kafka_topic(kafka, name, &b->recs[i].topic, err, errlen);
 		if (st != ESRC_KAFKA_OK)
 		{
-			if (batch[i].skip)
+			if (b->recs[i].skip)
 			{
 				/* skipped records are not sent anywhere */
-				batch[i].topic = NULL;
+				b->recs[i].topic = NULL;
 				continue;
 			}
 			*usable = i;
 			return st;
 		}
 	}
-	*usable = batch_len;
+	*usable = b->len;
 	return ESRC_KAFKA_OK;
 }
 
-/* Send the batch just read, and account for the outcome. */
+/* The extension was created anew: a new log, with a new Kafka identity. */
 static void
-forward_batch(char **categories)
+new_log(void)
+{
+	ereport(LOG,
+			(errmsg("esrc forwarder: the log of database \"%s\" is new (log_id %s), starting after its position " INT64_FORMAT,
+					served_database, log_id, table_position)));
+	disconnect();
+	position = -1;
+	poison_position = 0;
+	set_blocked(0, NULL);
+	mirror_dirty = false;
+}
+
+/*
+ * Send batch b and account for the outcome.  While librdkafka sends it,
+ * read the batch after it into spare, so that reading and sending
+ * overlap: *prefetched says whether spare now holds the next batch to
+ * send (only when b went out whole).  The records of spare are queued
+ * only after b is committed, so order is kept.
+ */
+static void
+forward_batch(Batch *b, Batch *spare, bool *prefetched)
 {
 	char		err[ESRC_FWD_ERROR_LEN];
-	int			n = batch_len;
+	char		topic_err[ESRC_FWD_ERROR_LEN];
+	int			n = b->len;
 	int			ndone = 0;
 	int			poison = -1;
 	int			usable;
 	EsrcKafkaStatus status;
+	EsrcKafkaStatus topic_status;
+	ReadResult	prefetch = READ_OK;
 	int			delivered = 0;
 	int			i;
+
+	*prefetched = false;
 
 	/* no event after a poison record goes before it */
 	if (poison_position > 0)
 	{
-		if (batch[0].position == poison_position)
+		if (b->recs[0].position == poison_position)
 			n = 1;
 		else
 			for (i = 0; i < n; i++)
-				if (batch[i].position >= poison_position)
+				if (b->recs[i].position >= poison_position)
 				{
 					n = i;
 					break;
 				}
 	}
-	batch_len = n;
+	b->len = n;
 
-	status = resolve_topics(categories, &usable, err, sizeof(err));
-	if (status == ESRC_KAFKA_POISON && usable == 0)
+	topic_status = resolve_topics(b, &usable, topic_err, sizeof(topic_err));
+	if (usable == 0)
 	{
-		poison = 0;
-		ndone = 0;
+		/* RETRY, FATAL or POISON of the first record's topic */
+		status = topic_status;
+		strlcpy(err, topic_err, sizeof(err));
+		if (status == ESRC_KAFKA_POISON)
+			poison = 0;
 	}
-	else if (status != ESRC_KAFKA_OK && usable == 0)
-		;						/* RETRY/FATAL: nothing sent */
 	else
 	{
-		EsrcKafkaStatus topic_status = status;
-		char		topic_err[ESRC_FWD_ERROR_LEN];
-
-		strlcpy(topic_err, err, sizeof(topic_err));
-		status = esrc_kafka_send(kafka, batch, usable, &ndone, &poison, err, sizeof(err));
+		status = esrc_kafka_start(kafka, b->recs, usable, &poison, err, sizeof(err));
+		if (esrc_kafka_in_flight(kafka))
+		{
+			if (status == ESRC_KAFKA_OK && usable == n && poison_position == 0 &&
+				pg_atomic_read_u32(&esrc_shared->forwarder.paused) == 0)
+			{
+				prefetch = read_log(spare, true, b->recs[n - 1].position);
+				*prefetched = (prefetch == READ_OK && spare->len > 0);
+			}
+			status = esrc_kafka_finish(kafka, &ndone, &poison, err, sizeof(err));
+		}
 		if (status == ESRC_KAFKA_OK && usable < n)
 		{
 			/* everything before the unusable topic went out */
@@ -1156,12 +1207,14 @@ forward_batch(char **categories)
 	if (ndone > 0)
 	{
 		for (i = 0; i < ndone; i++)
-			if (!batch[i].skip)
+			if (!b->recs[i].skip)
 				delivered++;
-		position = batch[ndone - 1].position;
+		position = b->recs[ndone - 1].position;
 		mirror_dirty = true;
 		publish_progress(position, delivered);
 	}
+	if (status != ESRC_KAFKA_OK)
+		*prefetched = false;
 
 	switch (status)
 	{
@@ -1186,7 +1239,7 @@ forward_batch(char **categories)
 
 		case ESRC_KAFKA_POISON:
 			{
-				EsrcKafkaRecord *r = &batch[poison];
+				EsrcKafkaRecord *r = &b->recs[poison];
 				char		detail[ESRC_FWD_ERROR_LEN];
 
 				poison_position = r->position;
@@ -1212,6 +1265,12 @@ forward_batch(char **categories)
 			disconnect();		/* Kafka may have more: connect_kafka() asks */
 			schedule_retry();
 			break;
+	}
+
+	if (prefetch == READ_NEW_LOG)
+	{
+		*prefetched = false;
+		new_log();
 	}
 }
 
@@ -1246,11 +1305,15 @@ account_batch(int n, instr_time t0, instr_time t1, instr_time t2)
 	if (INSTR_TIME_GET_MILLISEC(now) >= 10000)
 	{
 		ereport(DEBUG1,
-				(errmsg("esrc forwarder: " INT64_FORMAT " batches, " INT64_FORMAT " events in %.1f s; per batch: %.1f events, read %.2f ms, send %.2f ms",
+				(errmsg("esrc forwarder: " INT64_FORMAT " batches, " INT64_FORMAT " events in %.1f s; per batch: %.1f events, read %.2f ms, send %.2f ms (queueing %.2f ms, WAL flush %.2f ms)",
 						stats.batches, stats.events, INSTR_TIME_GET_MILLISEC(now) / 1000.0,
 						(double) stats.events / stats.batches,
-						stats.read_ms / stats.batches, stats.send_ms / stats.batches)));
+						stats.read_ms / stats.batches, stats.send_ms / stats.batches,
+						esrc_kafka_produce_ms / stats.batches, wal_flush_ms / stats.batches)));
+		wal_flush_ms = 0;
 		memset(&stats, 0, sizeof(stats));
+		esrc_kafka_produce_ms = 0;
+		esrc_kafka_commit_ms = 0;
 	}
 }
 
@@ -1288,6 +1351,9 @@ esrc_forwarder_main(Datum main_arg)
 	EsrcForwarderShared *f = &esrc_shared->forwarder;
 	long		held_wait = HELD_WAIT_MIN_MS;
 	bool		said_no_extension = false;
+	Batch	   *cur = &batches[0];
+	Batch	   *spare = &batches[1];
+	bool		have = false;	/* cur holds a batch read ahead, unsent */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -1335,8 +1401,10 @@ esrc_forwarder_main(Datum main_arg)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	esrc_shared->forwarder_dbid = MyDatabaseId;
-	batch_cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder batch",
-									  ALLOCSET_DEFAULT_SIZES);
+	batches[0].cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder batch",
+										   ALLOCSET_DEFAULT_SIZES);
+	batches[1].cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder batch",
+										   ALLOCSET_DEFAULT_SIZES);
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder loop",
 									 ALLOCSET_DEFAULT_SIZES);
 	log_id[0] = '\0';
@@ -1346,13 +1414,13 @@ esrc_forwarder_main(Datum main_arg)
 
 	for (;;)
 	{
-		char	  **categories = NULL;
 		bool		want_batch;
 		TimestampTz now;
 		char		msg[256];
 		instr_time	t_turn;
 		instr_time	t_read_done;
 		instr_time	t_sent;
+		ReadResult	rr;
 
 		MemoryContextSwitchTo(loop_cxt);
 		MemoryContextReset(loop_cxt);
@@ -1381,6 +1449,8 @@ esrc_forwarder_main(Datum main_arg)
 			wait_latch(NO_BROKERS_WAIT_MS);
 			continue;
 		}
+		if (kafka == NULL)
+			have = false;		/* a batch read ahead waits for no one */
 		now = GetCurrentTimestamp();
 		if (retry_at > now)
 		{
@@ -1394,8 +1464,17 @@ esrc_forwarder_main(Datum main_arg)
 			continue;
 		}
 
+		if (have)
+			goto send;
+
 		want_batch = (kafka != NULL && position >= 0);
-		if (read_log(want_batch, &categories) == READ_NO_EXTENSION)
+		rr = read_log(cur, want_batch, position);
+		if (rr == READ_NEW_LOG)
+		{
+			new_log();
+			continue;
+		}
+		if (rr == READ_NO_EXTENSION)
 		{
 			disconnect();
 			position = -1;
@@ -1422,7 +1501,7 @@ esrc_forwarder_main(Datum main_arg)
 			continue;
 		}
 
-		if (batch_len == 0)
+		if (cur->len == 0)
 		{
 			if (mirror_dirty)
 			{
@@ -1431,7 +1510,7 @@ esrc_forwarder_main(Datum main_arg)
 			}
 			if (poison_position == 0)
 				set_state(FWD_RUNNING, NULL);
-			if (horizon_held)
+			if (cur->held)
 			{
 				/* an open append holds the horizon: look again soon */
 				wait_latch(held_wait);
@@ -1444,12 +1523,20 @@ esrc_forwarder_main(Datum main_arg)
 			}
 			continue;
 		}
+send:
+		have = false;
 		held_wait = HELD_WAIT_MIN_MS;
-
 		INSTR_TIME_SET_CURRENT(t_read_done);
-		forward_batch(categories);
+		forward_batch(cur, spare, &have);
 		INSTR_TIME_SET_CURRENT(t_sent);
-		account_batch(batch_len, t_turn, t_read_done, t_sent);
+		account_batch(cur->len, t_turn, t_read_done, t_sent);
+		if (have)
+		{
+			Batch	   *t = cur;
+
+			cur = spare;
+			spare = t;
+		}
 	}
 }
 

@@ -96,6 +96,15 @@ struct EsrcKafka
 	rd_kafka_topic_t *offsets_rkts[MAX_PRODUCERS];
 	HTAB	   *topics;
 	MemoryContext cxt;
+
+	/* the batch between esrc_kafka_start() and esrc_kafka_finish() */
+	bool		in_flight;
+	EsrcKafkaRecord *recs;
+	int			nrecs;
+	int			nprod;			/* records [0, nprod) were queued */
+	int			last;			/* last index the position record covers */
+	char		poison_err[512];	/* why recs[nprod] was refused locally */
+	instr_time	started;
 };
 
 /*
@@ -131,6 +140,10 @@ static char last_error[LOG_LINE];	/* latest error_cb text, under log_lock */
 static int	log_max_level = 4;	/* 7 when esrc.kafka_properties sets debug */
 
 EsrcKafkaWaitHook esrc_kafka_wait_hook = NULL;
+
+/* time spent producing (queueing) and committing/draining, for DEBUG1 */
+double		esrc_kafka_produce_ms = 0;
+double		esrc_kafka_commit_ms = 0;
 
 static void
 log_push(int level, bool routine, const char *fmt,...)
@@ -1434,26 +1447,56 @@ abort_txn(EsrcKafka *k, char *err, size_t errlen)
 }
 
 /*
- * Exactly once: records and the position record in one transaction.
+ * Start delivering recs[0 .. nrecs-1] (in position order; skipped ones are
+ * not sent but count as done): queue them, in exactly-once mode in a new
+ * transaction together with the position record.  librdkafka sends them
+ * in the background; the caller may do other work (but must not free or
+ * move recs) until esrc_kafka_finish(), which it must call next.
+ *
+ * Returns OK when all were queued, POISON when recs[*poison] was refused
+ * before sending (those before it are queued), FATAL when the producer
+ * failed.  esrc_kafka_in_flight() says whether esrc_kafka_finish() must
+ * follow.  May ereport(FATAL) on SIGTERM.
  */
-static EsrcKafkaStatus
-send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
-				   int *ndone, int *poison, char *err, size_t errlen)
+EsrcKafkaStatus
+esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
+				 int *poison, char *err, size_t errlen)
 {
-	rd_kafka_error_t *error;
 	rd_kafka_resp_err_t e;
-	instr_time	start;
-	int			nprod = nrecs;
-	int			last = -1;		/* last index the position covers */
 	int			i;
-	EsrcKafkaStatus status;
-	char		poison_err[512] = "";
 
-	error = rd_kafka_begin_transaction(k->rk);
-	if (error != NULL)
+	Assert(!k->in_flight);
+	*poison = -1;
+	err[0] = '\0';
+	clear_last_error();
+	for (i = 0; i < nrecs; i++)
 	{
-		txn_error(error, "begin_transaction", err, errlen);
-		return ESRC_KAFKA_FATAL;
+		recs[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
+		recs[i].acked = false;
+	}
+	INSTR_TIME_SET_CURRENT(k->started);
+
+	dr_gen++;
+	dr_recs = recs;
+	dr_nrecs = (uint32) nrecs;
+	dr_position_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+	dr_position_acked = false;
+
+	k->recs = recs;
+	k->nrecs = nrecs;
+	k->nprod = nrecs;
+	k->last = -1;
+	k->poison_err[0] = '\0';
+
+	if (k->exactly_once)
+	{
+		rd_kafka_error_t *error = rd_kafka_begin_transaction(k->rk);
+
+		if (error != NULL)
+		{
+			txn_error(error, "begin_transaction", err, errlen);
+			return ESRC_KAFKA_FATAL;
+		}
 	}
 
 	for (i = 0; i < nrecs; i++)
@@ -1464,38 +1507,63 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 			{
 				recs[i].err = e;
-				if (is_poison(e))
+				if (!is_poison(e))
 				{
-					/* refused locally: commit what comes before it */
-					record_error(&recs[i], "cannot send", poison_err, sizeof(poison_err));
-					strlcpy(err, poison_err, errlen);
-					*poison = i;
-					nprod = i;
-					break;
+					record_error(&recs[i], "cannot queue", err, errlen);
+					if (k->exactly_once)
+						abort_txn(k, err, errlen);
+					return ESRC_KAFKA_FATAL;
 				}
-				record_error(&recs[i], "cannot queue", err, errlen);
-				abort_txn(k, err, errlen);
-				return ESRC_KAFKA_FATAL;
+				/* refused locally (too large): send what comes before it */
+				record_error(&recs[i], "cannot send", k->poison_err, sizeof(k->poison_err));
+				strlcpy(err, k->poison_err, errlen);
+				*poison = i;
+				k->nprod = i;
+				break;
 			}
 		}
-		last = i;
+		k->last = i;
 	}
 
-	if (last < 0)
+	if (k->exactly_once)
 	{
-		/* nothing to commit: the first record is the poison */
-		status = abort_txn(k, err, errlen);
-		drain(k, COMMIT_BUDGET_MS);
-		return status == ESRC_KAFKA_OK ? ESRC_KAFKA_POISON : status;
-	}
+		if (k->last < 0)
+		{
+			/* nothing to commit: the first record is the poison */
+			EsrcKafkaStatus status = abort_txn(k, err, errlen);
 
-	e = produce_position(k, recs[last].position);
-	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		snprintf(err, errlen, "cannot queue the position record: %s", rd_kafka_err2str(e));
-		abort_txn(k, err, errlen);
-		return ESRC_KAFKA_FATAL;
+			drain(k, COMMIT_BUDGET_MS);
+			strlcpy(err, k->poison_err, errlen);
+			return status == ESRC_KAFKA_OK ? ESRC_KAFKA_POISON : status;
+		}
+		e = produce_position(k, recs[k->last].position);
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			snprintf(err, errlen, "cannot queue the position record: %s", rd_kafka_err2str(e));
+			abort_txn(k, err, errlen);
+			return ESRC_KAFKA_FATAL;
+		}
 	}
+	esrc_kafka_produce_ms += (double) elapsed_ms(k->started);
+	k->in_flight = true;
+	return *poison >= 0 ? ESRC_KAFKA_POISON : ESRC_KAFKA_OK;
+}
+
+bool
+esrc_kafka_in_flight(EsrcKafka *k)
+{
+	return k != NULL && k->in_flight;
+}
+
+/* Exactly once: commit the transaction of the batch in flight. */
+static EsrcKafkaStatus
+finish_transactional(EsrcKafka *k, int *ndone, int *poison,
+					 char *err, size_t errlen)
+{
+	EsrcKafkaRecord *recs = k->recs;
+	rd_kafka_error_t *error;
+	EsrcKafkaStatus status;
+	instr_time	start;
 
 	INSTR_TIME_SET_CURRENT(start);
 	for (;;)
@@ -1503,16 +1571,17 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 		error = rd_kafka_commit_transaction(k->rk, SLICE_MS);
 		if (error == NULL)
 		{
-			*ndone = last + 1;
+			*ndone = k->last + 1;
 			if (!drain(k, COMMIT_BUDGET_MS))
 				return ESRC_KAFKA_FATAL;
 			/* the next transaction is the other producer's */
 			k->cur = (k->cur + 1) % k->nrk;
 			k->rk = k->rks[k->cur];
 			k->offsets_rkt = k->offsets_rkts[k->cur];
-			if (nprod < nrecs)
+			if (k->nprod < k->nrecs)
 			{
-				strlcpy(err, poison_err, errlen);
+				strlcpy(err, k->poison_err, errlen);
+				*poison = k->nprod;
 				return ESRC_KAFKA_POISON;
 			}
 			return ESRC_KAFKA_OK;
@@ -1539,7 +1608,7 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 					if (!drain(k, COMMIT_BUDGET_MS))
 						return ESRC_KAFKA_FATAL;
 					/* the broker refused a record: that one is the poison */
-					p = first_poison(recs, nprod);
+					p = first_poison(recs, k->nprod);
 					if (p >= 0)
 					{
 						record_error(&recs[p], "Kafka refused", err, errlen);
@@ -1557,29 +1626,15 @@ send_transactional(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 }
 
 /*
- * At least once: produce, then wait for every delivery report.  The
- * records delivered without a gap from the start count as done.
+ * At least once: wait for every delivery report.  The records delivered
+ * without a gap from the start count as done.
  */
 static EsrcKafkaStatus
-send_idempotent(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
-				int *ndone, int *poison, char *err, size_t errlen)
+finish_idempotent(EsrcKafka *k, int *ndone, int *poison,
+				  char *err, size_t errlen)
 {
-	rd_kafka_resp_err_t e;
-	int			nprod = nrecs;
+	EsrcKafkaRecord *recs = k->recs;
 	int			i;
-
-	for (i = 0; i < nrecs; i++)
-	{
-		if (recs[i].skip)
-			continue;
-		e = produce_record(k, &recs[i], (uint32) i);
-		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			recs[i].err = e;
-			nprod = i;
-			break;
-		}
-	}
 
 	/* message.timeout.ms bounds this; allow for its default of 300 s */
 	if (!drain(k, 330 * 1000))
@@ -1588,15 +1643,21 @@ send_idempotent(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 		return ESRC_KAFKA_FATAL;
 	}
 
-	for (i = 0; i < nprod; i++)
+	for (i = 0; i < k->nprod; i++)
 		if (!recs[i].skip && !recs[i].acked)
 			break;
 	*ndone = i;
-	if (i == nrecs)
+	if (i == k->nrecs)
 		return ESRC_KAFKA_OK;
+	if (i == k->nprod && k->nprod < k->nrecs)
+	{
+		strlcpy(err, k->poison_err, errlen);
+		*poison = i;
+		return ESRC_KAFKA_POISON;
+	}
 	if (is_poison(recs[i].err))
 	{
-		record_error(&recs[i], i < nprod ? "Kafka refused" : "cannot send", err, errlen);
+		record_error(&recs[i], "Kafka refused", err, errlen);
 		*poison = i;
 		return ESRC_KAFKA_POISON;
 	}
@@ -1607,45 +1668,34 @@ send_idempotent(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 }
 
 /*
- * Deliver recs[0 .. nrecs-1] (in position order; skipped ones are not
- * sent but count as done).  Returns OK when all are done.  Otherwise
- * *ndone records from the start are done (exactly once: committed
- * together with the position of the last of them), and with POISON,
- * recs[*poison] (>= *ndone) is the record that cannot be delivered.  err
- * says what went wrong.  May ereport(FATAL) on SIGTERM.
+ * Wait for the batch of esrc_kafka_start(): commit its transaction
+ * (exactly once) or collect its delivery reports (at least once).
+ * Returns OK when all records are done.  Otherwise *ndone records from the
+ * start are done (exactly once: committed together with the position of
+ * the last of them), and with POISON, recs[*poison] (>= *ndone) is the
+ * record that cannot be delivered.  err says what went wrong.  May
+ * ereport(FATAL) on SIGTERM.
  */
 EsrcKafkaStatus
-esrc_kafka_send(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
-				int *ndone, int *poison, char *err, size_t errlen)
+esrc_kafka_finish(EsrcKafka *k, int *ndone, int *poison, char *err, size_t errlen)
 {
 	EsrcKafkaStatus status;
-	int			i;
 
+	Assert(k->in_flight);
 	*ndone = 0;
 	*poison = -1;
 	err[0] = '\0';
-	clear_last_error();
-	for (i = 0; i < nrecs; i++)
-	{
-		recs[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
-		recs[i].acked = false;
-	}
-
-	dr_gen++;
-	dr_recs = recs;
-	dr_nrecs = (uint32) nrecs;
-	dr_position_err = RD_KAFKA_RESP_ERR_NO_ERROR;
-	dr_position_acked = false;
-
 	if (k->exactly_once)
-		status = send_transactional(k, recs, nrecs, ndone, poison, err, errlen);
+		status = finish_transactional(k, ndone, poison, err, errlen);
 	else
-		status = send_idempotent(k, recs, nrecs, ndone, poison, err, errlen);
+		status = finish_idempotent(k, ndone, poison, err, errlen);
+	k->in_flight = false;
 
-	/* no later report may touch recs */
+	/* no later report may touch the records */
 	dr_gen++;
 	dr_recs = NULL;
 	dr_nrecs = 0;
+	esrc_kafka_commit_ms += (double) elapsed_ms(k->started);
 	esrc_kafka_emit_log();
 	return status;
 }

@@ -7,7 +7,8 @@
  * connect, learn the last forwarded position, make sure topics exist and
  * deliver one batch of records, either in one Kafka transaction together
  * with the position record (exactly once) or with the idempotent producer
- * (at least once).  Every call is bounded in time and checks for
+ * (at least once), in two steps (start, finish) so that the caller can
+ * read the next batch while librdkafka sends this one.  Every call is bounded in time and checks for
  * interrupts while it waits, so it may ereport(FATAL) on SIGTERM; it
  * never raises an ERROR for a Kafka failure, it returns a status.
  *
@@ -89,9 +90,16 @@ extern void esrc_kafka_poll(EsrcKafka *k);
 extern EsrcKafkaStatus esrc_kafka_topic(EsrcKafka *k, const char *name,
 										EsrcKafkaTopic **topic,
 										char *err, size_t errlen);
-extern EsrcKafkaStatus esrc_kafka_send(EsrcKafka *k, EsrcKafkaRecord *recs,
-									   int nrecs, int *ndone, int *poison,
-									   char *err, size_t errlen);
+extern EsrcKafkaStatus esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs,
+										int nrecs, int *poison,
+										char *err, size_t errlen);
+extern bool esrc_kafka_in_flight(EsrcKafka *k);
+extern EsrcKafkaStatus esrc_kafka_finish(EsrcKafka *k, int *ndone, int *poison,
+										 char *err, size_t errlen);
 extern void esrc_kafka_emit_log(void);
+
+/* milliseconds spent queueing records and in send as a whole (DEBUG1) */
+extern double esrc_kafka_produce_ms;
+extern double esrc_kafka_commit_ms;
 
 #endif							/* ESRC_KAFKA_H */
