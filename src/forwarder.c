@@ -1134,11 +1134,11 @@ new_log(void)
 }
 
 /*
- * Send batch b and account for the outcome.  While librdkafka sends it,
- * read the batch after it into spare, so that reading and sending
- * overlap: *prefetched says whether spare now holds the next batch to
- * send (only when b went out whole).  The records of spare are queued
- * only after b is committed, so order is kept.
+ * Send batch b and account for the outcome.  With a backlog, while
+ * librdkafka sends b, read the batch after it into spare, so that reading
+ * and sending overlap: *prefetched says whether spare now holds the next
+ * batch to send (only when b went out whole).  The records of spare are
+ * queued only after b is committed, so order is kept.
  */
 static void
 forward_batch(Batch *b, Batch *spare, bool *prefetched)
@@ -1186,7 +1186,13 @@ forward_batch(Batch *b, Batch *spare, bool *prefetched)
 		status = esrc_kafka_start(kafka, b->recs, usable, &poison, err, sizeof(err));
 		if (esrc_kafka_in_flight(kafka))
 		{
+			/*
+			 * Read ahead only with a backlog (b was cut by the batch
+			 * limits): at a low rate, events that commit while this batch
+			 * is being committed are better taken by the next read.
+			 */
 			if (status == ESRC_KAFKA_OK && usable == n && poison_position == 0 &&
+				(n >= esrc_kafka_batch_size || b->bytes >= BATCH_BYTES) &&
 				pg_atomic_read_u32(&esrc_shared->forwarder.paused) == 0)
 			{
 				prefetch = read_log(spare, true, b->recs[n - 1].position);
