@@ -54,6 +54,9 @@ for ((r = 0; r < rounds; r++)); do
              FROM generate_series(1, 1000) s" >/dev/null
 done
 log "filled in $((SECONDS - t0)) s"
+# as a log in steady state would be: vacuumed (no autovacuum during the
+# measurements), checkpointed
+fwd_sql "VACUUM (ANALYZE) esrc.events" >/dev/null
 fwd_sql "CHECKPOINT" >/dev/null
 last=$(fwd_sql "SELECT max(position) FROM esrc.events")
 start=$(fwd_sql "SELECT last_position FROM esrc.forwarder_worker_status()")
