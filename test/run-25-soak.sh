@@ -37,7 +37,7 @@ KAFKA_NUM_PARTITIONS=3 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg" "max_connections = 40"
 export PGHOST=127.0.0.1 PGPORT=$FWD_PORT PGUSER=postgres PGDATABASE=$FWD_DB
 
-psql -qX -v ON_ERROR_STOP=1 <<'SQL'
+psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE FUNCTION soak_count(state jsonb, event esrc.event) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
