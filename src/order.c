@@ -41,7 +41,9 @@
  *
  * Slots live in EsrcSharedState (esrc.c).  At COMMIT we also set the
  * forwarder's latch, so the Kafka worker wakes once per committing
- * transaction that appended (a rollback never wakes it).
+ * transaction that appended; at ABORT of such a transaction too, since its
+ * slot may have been what held back events that others committed.  A
+ * transaction that appended nothing never wakes it.
  *
  *-------------------------------------------------------------------------
  */
@@ -226,7 +228,12 @@ esrc_xact_callback(XactEvent event, void *arg)
 
 				pg_atomic_write_u64(&slot->min_position, 0);
 				esrc_xact_has_slot = false;
-				if (event == XACT_EVENT_COMMIT)
+				/*
+				 * A commit has events to forward; an abort may have released
+				 * the horizon that held back events other transactions
+				 * committed meanwhile.
+				 */
+				if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
 					wake_forwarder();
 				break;
 			}

@@ -31,6 +31,7 @@ ensure_deps() {
     [ -f /usr/include/librdkafka/rdkafka.h ]            || need+=(librdkafka-dev)
     [ -f /usr/share/perl5/IPC/Run.pm ]                  || need+=(libipc-run-perl)
     command -v kcat >/dev/null                          || need+=(kcat)
+    command -v jq >/dev/null                            || need+=(jq)
     command -v make >/dev/null                          || need+=(make)
     command -v gcc >/dev/null                           || need+=(gcc)
     command -v java >/dev/null                          || need+=(openjdk-17-jre-headless)
