@@ -98,6 +98,7 @@ extern Size esrc_order_shmem_size(void);
 extern void esrc_order_shmem_init(bool found);
 extern int64 esrc_allocate_position(Oid seqoid);
 extern int64 esrc_safe_position(Oid seqoid);
+extern int64 esrc_sequence_last_value(Oid seqoid);
 
 /*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags

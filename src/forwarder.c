@@ -829,22 +829,6 @@ wal_end_of_inserted(void)
 	return ptr;
 }
 
-/* The last value of the position sequence, 0 if none yet (cf. order.c). */
-static int64
-sequence_last_value(Oid seqoid)
-{
-	LOCAL_FCINFO(fcinfo, 1);
-	Datum		result;
-
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = ObjectIdGetDatum(seqoid);
-	fcinfo->args[0].isnull = false;
-	result = pg_sequence_last_value(fcinfo);
-	if (fcinfo->isnull)
-		return 0;
-	return DatumGetInt64(result);
-}
-
 typedef enum ReadResult
 {
 	READ_OK,
@@ -945,7 +929,7 @@ read_log(Batch *b, bool want_batch, int64 after)
 	if (want_batch)
 	{
 		int64		horizon = esrc_safe_position(seqoid);
-		int64		last = sequence_last_value(seqoid);
+		int64		last = esrc_sequence_last_value(seqoid);
 		BatchReceiver recv;
 		SPIExecuteOptions options;
 		ParamListInfo params;

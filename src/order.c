@@ -133,10 +133,10 @@ esrc_allocate_position(Oid seqoid)
 
 /*
  * The last value handed out by the position sequence, 0 if none yet.
- * Requires SELECT or USAGE on the sequence.
+ * Requires SELECT or USAGE on the sequence.  The forwarder uses it too.
  */
-static int64
-sequence_last_value(Oid seqoid)
+int64
+esrc_sequence_last_value(Oid seqoid)
 {
 	LOCAL_FCINFO(fcinfo, 1);
 	Datum		result;
@@ -176,7 +176,7 @@ esrc_safe_position(Oid seqoid)
 				 errdetail("esrc.read_all(), esrc.read_category() and esrc.safe_position() are commit-safe only on the primary, which tracks appends in flight."),
 				 errhint("Read global order on the primary, or use esrc.read_stream() on a standby.")));
 
-	horizon = sequence_last_value(seqoid);
+	horizon = esrc_sequence_last_value(seqoid);
 	pg_memory_barrier();
 
 	for (i = 0; i < esrc_shared->nslots; i++)

@@ -19,15 +19,15 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
+source "$ESRC_ROOT/test/stress/load.sh"
 fwd_under_reaper "$@"
 
 secs=${1:-${ESRC_SOAK_SECONDS:-60}}
 clients=${ESRC_SOAK_CLIENTS:-8}
 FWD_DB=soak
 dir=$(test_tmpdir soak)
-reader_pid=
 cleanup() {
-    [ -n "$reader_pid" ] && kill "$reader_pid" 2>/dev/null || true
+    [ -n "$STRESS_READER_PID" ] && kill "$STRESS_READER_PID" 2>/dev/null || true
     fwd_stop_all
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
@@ -47,31 +47,13 @@ END $$;
 SELECT esrc.create_snapshot('soak_merge', 'stress', 'esrc.merge(jsonb, esrc.event)');
 SELECT esrc.create_snapshot('soak_count', 'stress', 'soak_count(jsonb, esrc.event)');
 SQL
-start=$(psql -qAtX -c "SELECT esrc.safe_position()")
-psql -qX -v ON_ERROR_STOP=1 -v start_position="$start" -f "$ESRC_ROOT/test/stress/reader.sql" \
-    >"$dir/reader.log" 2>&1 &
-reader_pid=$!
-
 log "soak: $clients clients for ${secs}s, 2 snapshots, forwarder exactly_once, a read_all follower"
-"$PG_BINDIR/pgbench" -n -c "$clients" -j 2 -T "$secs" --max-tries=1000 \
-    --log --log-prefix="$dir/txlog" \
-    -f "$ESRC_ROOT/test/stress/append_single.pgbench@8" \
-    -f "$ESRC_ROOT/test/stress/append_batch.pgbench@2" >"$dir/pgbench.log" 2>&1 \
-    || { cat "$dir/pgbench.log"; die "pgbench failed"; }
-grep -E "^(number of transactions actually processed|number of transactions retried|tps)" \
-    "$dir/pgbench.log" | sed 's/^/  /' >&2
-singles=$(cat "$dir"/txlog.* | awk '$3 != "failed" && $4 == 0' | wc -l)
-batches=$(cat "$dir"/txlog.* | awk '$3 != "failed" && $4 == 1' | wc -l)
-failed=$(cat "$dir"/txlog.* | awk '$3 == "failed"' | wc -l)
-[ "$failed" = 0 ] || die "$failed transactions failed even after retries"
-
-psql -qX -v ON_ERROR_STOP=1 -c "SELECT esrc.append('stress-done', 'Done', '{}')" >/dev/null
-wait "$reader_pid" || { cat "$dir/reader.log"; die "reader failed"; }
-reader_pid=
+stress_load "$dir" "$clients" "$secs"
+singles=$STRESS_SINGLES
+batches=$STRESS_BATCHES
 
 status=0
-psql -qX -v ON_ERROR_STOP=1 -v singles="$singles" -v batches="$batches" -v start_position="$start" \
-    -f "$ESRC_ROOT/test/stress/check.sql" >"$dir/check.out"
+stress_check "$dir"
 psql -qAtX -F ' ' -v ON_ERROR_STOP=1 >>"$dir/check.out" <<'SQL'
 SELECT 'snapshots_equal_replays',
        bool_and(s.state = esrc.snapshot_at('soak_merge', s.stream, s.version)
