@@ -130,3 +130,19 @@ ensure_forward_deps() {
     apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq >/dev/null
 }
+
+# ESRC_REAPER_PY: a python3 script that runs its arguments as a command
+# under a child subreaper that reaps every orphan
+# (python3 -c "$ESRC_REAPER_PY" CMD...).  Servers are daemonized by pg_ctl,
+# so their parent is PID 1, and not every PID 1 (some container inits)
+# reaps: a SIGKILLed postmaster or broker would stay a zombie, and a new
+# postmaster refuses to start while the PID in postmaster.pid exists.
+ESRC_REAPER_PY='import ctypes, os, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
+child = os.fork()
+if child == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+while True:
+    pid, status = os.wait()
+    if pid == child:
+        sys.exit(os.waitstatus_to_exitcode(status))'

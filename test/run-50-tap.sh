@@ -21,20 +21,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# prove runs under a child subreaper that reaps every orphan.  Servers are
-# daemonized by pg_ctl, so their parent is PID 1, and not every PID 1 (some
-# container inits) reaps: a SIGKILLed postmaster would stay a zombie, and a
-# new postmaster refuses to start while the PID in postmaster.pid exists.
-REAPER='import ctypes, os, sys
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
-child = os.fork()
-if child == 0:
-    os.execvp(sys.argv[1], sys.argv[1:])
-while True:
-    pid, status = os.wait()
-    if pid == child:
-        sys.exit(os.waitstatus_to_exitcode(status))'
-
+# prove runs under a child subreaper ($ESRC_REAPER_PY in lib.sh; a shell
+# function cannot cross runuser, so the script is passed to python3).
 tests=$(ls "$ESRC_ROOT"/test/t/[0-9]*.pl | grep -- "${ESRC_TAP:-}" || true)
 [ -n "$tests" ] || die "no TAP test matches '${ESRC_TAP:-}'"
 log "prove: $(echo $tests | wc -w) TAP tests"
@@ -44,7 +32,7 @@ status=0
     TESTDIR="$dir" \
     PG_REGRESS="$PGXS_DIR/test/regress/pg_regress" \
     PG_TEST_TIMEOUT_DEFAULT="${PG_TEST_TIMEOUT_DEFAULT:-180}" \
-    python3 -c "$REAPER" prove -I "$PGXS_DIR/test/perl" -I "$ESRC_ROOT/test/t" ${PROVE_FLAGS:-} $tests) || status=1
+    python3 -c "$ESRC_REAPER_PY" prove -I "$PGXS_DIR/test/perl" -I "$ESRC_ROOT/test/t" ${PROVE_FLAGS:-} $tests) || status=1
 if [ $status -ne 0 ]; then
     for f in "$dir"/tmp_check/log/*; do
         [ -f "$f" ] || continue

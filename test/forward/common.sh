@@ -28,21 +28,11 @@ FWD_PORT=
 FWD_PGDIR=
 FWD_KDIR=
 
-FWD_REAPER_PY='import ctypes, os, sys
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
-child = os.fork()
-if child == 0:
-    os.execvp(sys.argv[1], sys.argv[1:])
-while True:
-    pid, status = os.wait()
-    if pid == child:
-        sys.exit(os.waitstatus_to_exitcode(status))'
-
 fwd_under_reaper() {
     [ -n "${FWD_REAPED:-}" ] && return 0
     ensure_forward_deps
     export FWD_REAPED=1
-    exec python3 -c "$FWD_REAPER_PY" bash "$0" "$@"
+    exec python3 -c "$ESRC_REAPER_PY" bash "$0" "$@"
 }
 
 fwd_start_kafka() {
