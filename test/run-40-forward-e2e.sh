@@ -14,9 +14,6 @@ fwd_under_reaper "$@"
 dir=$(test_tmpdir fwd-e2e)
 trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 status=0
-expect() { # NAME COMMAND...: run a check, remember a failure
-    if "${@:2}"; then log "ok - $1"; else log "FAIL - $1"; status=1; fi
-}
 
 KAFKA_NUM_PARTITIONS=3 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"

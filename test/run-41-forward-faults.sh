@@ -18,9 +18,6 @@ fwd_under_reaper "$@"
 dir=$(test_tmpdir fwd-faults)
 trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 status=0
-expect() { # NAME COMMAND...
-    if "${@:2}"; then log "ok - $1"; else log "FAIL - $1"; status=1; fi
-}
 
 KAFKA_NUM_PARTITIONS=2 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"

@@ -18,9 +18,6 @@ fwd_under_reaper "$@"
 dir=$(test_tmpdir fwd-poison)
 trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 status=0
-expect() { # NAME COMMAND...
-    if "${@:2}"; then log "ok - $1"; else log "FAIL - $1"; status=1; fi
-}
 cc -O2 -o "$dir/topic_config" "$ESRC_ROOT/test/forward/topic_config.c" -lrdkafka
 
 KAFKA_EXTRA_PROPS="message.max.bytes=100000" fwd_start_kafka "$dir/kafka"

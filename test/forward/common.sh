@@ -28,6 +28,12 @@ FWD_PORT=
 FWD_PGDIR=
 FWD_KDIR=
 
+# expect NAME COMMAND...: run a check, log "ok - NAME" or "FAIL - NAME",
+# and set status=1 on a failure (each driver exits with $status).
+expect() {
+    if "${@:2}"; then log "ok - $1"; else log "FAIL - $1"; status=1; fi
+}
+
 fwd_under_reaper() {
     [ -n "${FWD_REAPED:-}" ] && return 0
     ensure_forward_deps
