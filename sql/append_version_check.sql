@@ -63,3 +63,31 @@ SELECT esrc.append('order-1', 'X', '{}', expected_version => 0);
 SELECT bool_and(first = 0 AND last + 1 = events) AS all_gap_free
 FROM (SELECT min(version) AS first, max(version) AS last, count(*) AS events
       FROM esrc.events GROUP BY stream) s;
+
+-- Several appends in one statement, and in one transaction, see each
+-- other: versions follow on without a gap or a conflict.
+SELECT g, esrc.append('samestmt-1', 'Tick', jsonb_build_object('g', g)) AS version
+FROM generate_series(1, 4) g ORDER BY g;
+SELECT esrc.append('samestmt-1', 'Tick', '{}', expected_version => 3) AS version;
+BEGIN;
+SELECT esrc.append('samestmt-2', 'Tick', '{}', expected_version => -1) AS version;
+SELECT esrc.append_batch('samestmt-2', '[{"type": "Tick", "data": {}}, {"type": "Tick", "data": {}}]',
+                         expected_version => 0) AS version;
+SELECT esrc.append('samestmt-2', 'Tick', '{}', expected_version => 2) AS version;
+COMMIT;
+SELECT version, data FROM esrc.read_stream('samestmt-1');
+SELECT esrc.stream_version('samestmt-2') AS version;
+
+-- At REPEATABLE READ, an append on top of a version the transaction
+-- cannot see is a serialization failure (40001), even without an
+-- expected version; one that sees the head appends.
+SELECT esrc.append('rr-1', 'Created', '{}') AS version;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT esrc.stream_version('rr-1') AS version_seen;
+\! psql -X -q -o /dev/null -d esrc_regression -c "SELECT esrc.append('rr-1', 'Changed', '{}')"
+SELECT esrc.append('rr-1', 'Changed', '{}');
+\echo SQLSTATE :SQLSTATE
+ROLLBACK;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT esrc.append('rr-1', 'Changed', '{}') AS version;
+COMMIT;

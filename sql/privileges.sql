@@ -40,10 +40,30 @@ SELECT * FROM esrc.events;
 SELECT * FROM esrc.streams;
 RESET ROLE;
 
--- SECURITY DEFINER functions pin search_path
+-- no function runs with elevated rights: every SECURITY DEFINER function
+-- would have to pin search_path, and esrc has none (append writes the log
+-- from C, checked by its EXECUTE privilege alone)
 SELECT p.proname, p.prosecdef, p.proconfig
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = 'esrc' AND p.prosecdef ORDER BY 1;
+WHERE n.nspname = 'esrc' AND (p.prosecdef OR p.proname LIKE 'append%') ORDER BY 1;
+-- triggers on the log run as the appending role, as for any INSERT: no
+-- privilege is lent to them
+CREATE TABLE trigger_seen (who name, stream text);
+GRANT INSERT ON trigger_seen TO esrc_test_writer;
+CREATE FUNCTION record_appender() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.trigger_seen VALUES (current_user, NEW.stream);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER zz_record_appender AFTER INSERT ON esrc.events
+    FOR EACH ROW EXECUTE FUNCTION record_appender();
+SET ROLE esrc_test_writer;
+SELECT esrc.append('priv-trigger', 'Created', '{}') AS version;
+RESET ROLE;
+SELECT * FROM trigger_seen;
+DROP TRIGGER zz_record_appender ON esrc.events;
+DROP FUNCTION record_appender();
+DROP TABLE trigger_seen;
 -- and no function of the schema is executable by PUBLIC
 SELECT count(*) AS public_functions
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

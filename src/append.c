@@ -23,20 +23,38 @@
  * next; the unique index is the backstop); position order agrees with
  * version order within a stream; event ids are unique.
  *
- * The INSERT goes through SPI so that the snapshot triggers of snapshot.c
- * fire in the same transaction.  These functions are SECURITY DEFINER
- * (see the install script): writers hold no privilege on esrc.events.
+ * No SQL runs here: the lookups are index scans, and the rows go in
+ * through the executor's simple insert (what logical replication's apply
+ * uses), so constraints, all indexes and the row triggers of esrc.events
+ * -- the snapshot trigger of snapshot.c -- are handled as by an INSERT,
+ * without parsing, planning or SPI.  Nothing depends on search_path, so
+ * the functions need neither SECURITY DEFINER nor a SET clause: writers
+ * hold no privilege on esrc.events, EXECUTE on esrc.append/append_batch
+ * is the check, and triggers run as the caller, as for any INSERT.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
-#include "commands/trigger.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
-#include "executor/spi.h"
+#include "executor/executor.h"
 #include "fmgr.h"
+#include "nodes/makefuncs.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
@@ -52,6 +70,18 @@
 PG_FUNCTION_INFO_V1(esrc_append);
 PG_FUNCTION_INFO_V1(esrc_append_batch);
 
+/* the columns of esrc.events, in the order of src/sql/00_core.sql */
+#define Anum_events_position	1
+#define Anum_events_stream		2
+#define Anum_events_version		3
+#define Anum_events_type		4
+#define Anum_events_data		5
+#define Anum_events_metadata	6
+#define Anum_events_id			7
+#define Anum_events_recorded_at 8
+#define Anum_events_category	9
+#define Natts_events			9
+
 /* expected_version sentinels */
 #define EXPECT_NO_STREAM	(-1)
 #define EXPECT_EXISTS		(-2)
@@ -63,11 +93,6 @@ typedef struct EventInput
 	Jsonb	   *metadata;		/* NULL = none */
 	pg_uuid_t  *id;				/* NULL = generate */
 } EventInput;
-
-static SPIPlanPtr head_plan = NULL;
-static SPIPlanPtr ids_plan = NULL;
-static SPIPlanPtr insert_plan = NULL;
-static SPIPlanPtr insert_many_plan = NULL;
 
 /*
  * Check a stream name, event type or category given as text and return it
@@ -161,134 +186,208 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 				 errhint("Store large payloads elsewhere and put a reference in the event.")));
 }
 
-static SPIPlanPtr
-prepare_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+/*
+ * The event log as one append sees it: esrc.events opened for insertion
+ * (with its indexes, as an INSERT would open them) and the two unique
+ * indexes the lookups use.  Set up by open_log(), after the stream lock.
+ */
+typedef struct EventLog
 {
-	if (*cache == NULL)
-	{
-		/*
-		 * A generic plan: these queries are simple enough that a custom plan
-		 * per call would only add planning time to every append.
-		 */
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-											  CURSOR_OPT_GENERIC_PLAN);
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;		/* a virtual slot to build rows in */
+	TupleTableSlot *scanslot;	/* a slot for rows read from the log */
+	Relation	stream_idx;		/* UNIQUE (stream, version) */
+	Relation	id_idx;			/* UNIQUE (id) */
+} EventLog;
 
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		*cache = plan;
+/*
+ * An index of rel among the ones ExecOpenIndices() opened: the valid
+ * unique btree index on exactly the columns (att1[, att2]).
+ */
+static Relation
+find_unique_index(ResultRelInfo *rri, AttrNumber att1, AttrNumber att2,
+				  const char *what)
+{
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Relation	idx = rri->ri_IndexRelationDescs[i];
+		Form_pg_index form = idx->rd_index;
+		int			natts = att2 == InvalidAttrNumber ? 1 : 2;
+
+		if (form->indisunique && form->indisvalid && form->indimmediate &&
+			idx->rd_rel->relam == BTREE_AM_OID &&
+			form->indnkeyatts == natts &&
+			form->indkey.values[0] == att1 &&
+			(natts == 1 || form->indkey.values[1] == att2) &&
+			RelationGetIndexPredicate(idx) == NIL &&
+			RelationGetIndexExpressions(idx) == NIL)
+			return idx;
 	}
-	return *cache;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("esrc.events has no unique index on %s", what),
+			 errhint("Reinstall the extension; the event log's indexes must not be dropped.")));
+	return NULL;				/* not reached */
 }
 
 /*
- * The head version of a stream, -1 if it has no events.  With latest =
- * true the lookup uses the latest snapshot instead of the one SPI would
- * pick (a new one at READ COMMITTED, the transaction's otherwise).
+ * Open the log for one append: an executor state just for the inserts, as
+ * logical replication's apply has, so that constraints, every index and
+ * the row triggers of esrc.events (snapshot.c) are handled as by an
+ * INSERT, without planning or SPI.  Writers hold no privilege on the
+ * table: the function's EXECUTE privilege is the check, and the rows are
+ * written by this code, not by SQL the caller could influence.
+ */
+static void
+open_log(EventLog *log)
+{
+	Oid			relid = esrc_relation_oid("events");
+	RangeTblEntry *rte;
+	TupleDesc	desc;
+
+	log->rel = table_open(relid, RowExclusiveLock);
+	desc = RelationGetDescr(log->rel);
+	if (desc->natts != Natts_events ||
+		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
+		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, Anum_events_id - 1)->atttypid != UUIDOID)
+		elog(ERROR, "esrc.events has an unexpected row type");
+
+	log->estate = CreateExecutorState();
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = relid;
+	rte->relkind = RELKIND_RELATION;
+	rte->rellockmode = RowExclusiveLock;
+	ExecInitRangeTable(log->estate, list_make1(rte));
+	log->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(log->rri, log->rel, 1, NULL, 0);
+	log->estate->es_opened_result_relations = list_make1(log->rri);
+	ExecOpenIndices(log->rri, false);
+	log->slot = ExecInitExtraTupleSlot(log->estate, desc, &TTSOpsVirtual);
+	log->scanslot = ExecInitExtraTupleSlot(log->estate, desc,
+										   table_slot_callbacks(log->rel));
+	log->stream_idx = find_unique_index(log->rri, Anum_events_stream,
+										Anum_events_version, "(stream, version)");
+	log->id_idx = find_unique_index(log->rri, Anum_events_id,
+									InvalidAttrNumber, "(id)");
+}
+
+static void
+close_log(EventLog *log)
+{
+	ExecCloseIndices(log->rri);
+	ExecResetTupleTable(log->estate->es_tupleTable, false);
+	FreeExecutorState(log->estate);
+	table_close(log->rel, NoLock);
+}
+
+/*
+ * Start an index scan of idx for rows whose first column equals value,
+ * comparing with the index's own equality operator and collation.
+ */
+static IndexScanDesc
+begin_equal_scan(EventLog *log, Relation idx, Datum value, Snapshot snap)
+{
+	ScanKeyData key;
+	IndexScanDesc scan;
+	Oid			eqop;
+
+	eqop = get_opfamily_member(idx->rd_opfamily[0], idx->rd_opcintype[0],
+							   idx->rd_opcintype[0], BTEqualStrategyNumber);
+	if (!OidIsValid(eqop))
+		elog(ERROR, "no equality operator for index \"%s\"",
+			 RelationGetRelationName(idx));
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], get_opcode(eqop), value);
+	scan = index_beginscan(log->rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	return scan;
+}
+
+/*
+ * The head version of a stream as snap sees it, -1 if it has no events:
+ * the last entry of the stream in the (stream, version) index.
  */
 static int64
-stream_head(text *stream, bool latest)
+stream_head(EventLog *log, text *stream, Snapshot snap)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
-	SPIPlanPtr	plan;
-	int			rc;
+	IndexScanDesc scan = begin_equal_scan(log, log->stream_idx,
+										  PointerGetDatum(stream), snap);
+	int64		head = -1;
 	bool		isnull;
 
-	plan = prepare_plan(&head_plan,
-						"SELECT version FROM esrc.events WHERE stream = $1"
-						" ORDER BY version DESC LIMIT 1",
-						1, argtypes);
-	values[0] = PointerGetDatum(stream);
-	if (latest)
-		rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
-								  InvalidSnapshot, true, false, 1);
-	else
-		rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "stream head lookup failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return -1;
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	if (index_getnext_slot(scan, BackwardScanDirection, log->scanslot))
+		head = DatumGetInt64(slot_getattr(log->scanslot, Anum_events_version, &isnull));
+	index_endscan(scan);
+	ExecClearTuple(log->scanslot);
+	return head;
 }
 
 /*
  * Idempotency.  Returns true and sets *version when every event has an id
  * that is already stored in this stream (a retried append); returns false
  * when none of the ids is stored; raises an error for a mix, or for an id
- * stored in another stream.
+ * stored in another stream.  One probe of the id index per given id.
  */
 static bool
-find_existing_ids(const char *stream, int nevents, EventInput *events,
-				  int64 *version)
+find_existing_ids(EventLog *log, const char *stream, int nevents,
+				  EventInput *events, Snapshot snap, int64 *version)
 {
-	Oid			argtypes[1] = {UUIDARRAYOID};
-	Datum	   *ids;
-	Datum		values[1];
-	int			nids = 0;
-	int			rc;
-	uint64		i;
+	int			nfound = 0;
+	int64		last_version = -1;
 	int			j;
-	SPIPlanPtr	plan;
 
-	ids = palloc(sizeof(Datum) * nevents);
 	for (j = 0; j < nevents; j++)
-		if (events[j].id != NULL)
-			ids[nids++] = UUIDPGetDatum(events[j].id);
-	if (nids == 0)
-		return false;
-
-	plan = prepare_plan(&ids_plan,
-						"SELECT id, stream, version FROM esrc.events WHERE id = ANY ($1)",
-						1, argtypes);
-	values[0] = PointerGetDatum(construct_array(ids, nids, UUIDOID,
-												UUID_LEN, false, TYPALIGN_CHAR));
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "event id lookup failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
-
-	for (i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		char	   *other = SPI_getvalue(tup, SPI_tuptable->tupdesc, 2);
+		IndexScanDesc scan;
+		bool		isnull;
 
-		if (strcmp(other, stream) != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNIQUE_VIOLATION),
-					 errmsg("event id %s already exists in stream \"%s\"",
-							SPI_getvalue(tup, SPI_tuptable->tupdesc, 1), other),
-					 errdetail("Event ids are unique across all streams; the append to stream \"%s\" was not written.",
-							   stream)));
+		if (events[j].id == NULL)
+			continue;
+		scan = begin_equal_scan(log, log->id_idx, UUIDPGetDatum(events[j].id), snap);
+		if (index_getnext_slot(scan, ForwardScanDirection, log->scanslot))
+		{
+			char	   *other = TextDatumGetCString(slot_getattr(log->scanslot,
+																 Anum_events_stream,
+																 &isnull));
+
+			if (strcmp(other, stream) != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_UNIQUE_VIOLATION),
+						 errmsg("event id %s already exists in stream \"%s\"",
+								DatumGetCString(DirectFunctionCall1(uuid_out,
+																	UUIDPGetDatum(events[j].id))),
+								other),
+						 errdetail("Event ids are unique across all streams; the append to stream \"%s\" was not written.",
+								   stream)));
+			nfound++;
+			if (j == nevents - 1)
+				last_version = DatumGetInt64(slot_getattr(log->scanslot,
+														  Anum_events_version,
+														  &isnull));
+		}
+		index_endscan(scan);
+		ExecClearTuple(log->scanslot);
 	}
-	if (SPI_processed != (uint64) nevents)
+	if (nfound == 0)
+		return false;
+	if (nfound != nevents)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
 				 errmsg("append to stream \"%s\" mixes existing and new event ids", stream),
 				 errdetail("%d of its %d events are already stored; nothing was written.",
-						   (int) SPI_processed, nevents),
+						   nfound, nevents),
 				 errhint("Retry an append with exactly the events of the first attempt, or give new events new ids.")));
-
 	/* all stored here: answer with the version of the last given event */
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		bool		isnull;
-		pg_uuid_t  *id = DatumGetUUIDP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
-
-		if (memcmp(id->data, events[nevents - 1].id->data, UUID_LEN) == 0)
-		{
-			*version = DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 3, &isnull));
-			return true;
-		}
-	}
-	elog(ERROR, "event id lookup lost the last event");	/* not reached */
-	return false;
+	*version = last_version;
+	return true;
 }
-
 static void
 raise_version_conflict(const char *stream, int64 expected, int64 head)
 {
@@ -360,116 +459,49 @@ expected_matches(int64 expected, int64 head)
 }
 
 /*
- * Insert one event at version head + 1, where the head lookup and the
- * expected-version check are part of the INSERT (one executor run for the
- * common case).  Returns the new version, or -1 when the expected version
- * did not match and nothing was inserted.  The stream lock is held, so the
- * head cannot move between the check and the insert.  The INSERT goes
- * through SPI so that row triggers on esrc.events (snapshot.c) fire.
- */
-static int64
-insert_one(Oid seqoid, text *stream, char *category, EventInput *ev,
-		   TimestampTz now, bool expected_isnull, int64 expected)
-{
-	Oid			argtypes[9] = {INT8OID, TEXTOID, INT8OID, TEXTOID, JSONBOID,
-	JSONBOID, UUIDOID, TIMESTAMPTZOID, TEXTOID};
-	Datum		values[9];
-	char		nulls[9];
-	SPIPlanPtr	plan;
-	bool		isnull;
-	int			rc;
-
-	plan = prepare_plan(&insert_plan,
-						"INSERT INTO esrc.events (position, stream, version, type, data,"
-						" metadata, id, recorded_at, category)"
-						" SELECT $1, $2, h.head + 1, $4, $5, $6, $7, $8, $9"
-						" FROM (SELECT coalesce((SELECT e.version FROM esrc.events e"
-						"  WHERE e.stream = $2 ORDER BY e.version DESC LIMIT 1), -1) AS head OFFSET 0) h"
-						" WHERE $3 IS NULL OR ($3 = -1 AND h.head = -1)"
-						"  OR ($3 = -2 AND h.head >= 0) OR ($3 >= 0 AND h.head = $3)"
-						" RETURNING version",
-						9, argtypes);
-
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = Int64GetDatum(esrc_allocate_position(seqoid));
-	values[1] = PointerGetDatum(stream);
-	values[2] = Int64GetDatum(expected);
-	nulls[2] = expected_isnull ? 'n' : ' ';
-	values[3] = CStringGetTextDatum(ev->type);
-	values[4] = JsonbPGetDatum(ev->data);
-	values[5] = ev->metadata ? JsonbPGetDatum(ev->metadata) : (Datum) 0;
-	nulls[5] = ev->metadata ? ' ' : 'n';
-	values[6] = ev->id ? UUIDPGetDatum(ev->id)
-		: DirectFunctionCall1(gen_random_uuid, (Datum) 0);
-	values[7] = TimestampTzGetDatum(now);
-	values[8] = CStringGetTextDatum(category);
-
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "event insert failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return -1;
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
- * Insert a batch with versions first_version, first_version + 1, ... in one
- * INSERT ... SELECT FROM unnest(arrays): one executor run instead of one
- * per event.  Positions are taken in version order before the insert.
+ * Insert events[0 .. nevents-1] with versions first_version, first_version
+ * + 1, ..., taking their global positions from order.c in version order.
+ * Row triggers fire as for one INSERT statement: the AFTER ROW triggers
+ * (snapshot.c) once every row is in, in version order.
  */
 static void
-insert_many(Oid seqoid, text *stream, char *category, int64 first_version,
-			int nevents, EventInput *events, TimestampTz now)
+insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
+			  int64 first_version, int nevents, EventInput *events,
+			  TimestampTz now)
 {
-	Oid			argtypes[9] = {INT8ARRAYOID, TEXTOID, INT8ARRAYOID, TEXTARRAYOID,
-		JSONBARRAYOID, JSONBARRAYOID, UUIDARRAYOID, TIMESTAMPTZOID, TEXTOID};
-	Datum		values[9];
-	Datum	   *positions = palloc(sizeof(Datum) * nevents);
-	Datum	   *versions = palloc(sizeof(Datum) * nevents);
-	Datum	   *types = palloc(sizeof(Datum) * nevents);
-	Datum	   *datas = palloc(sizeof(Datum) * nevents);
-	Datum	   *metas = palloc(sizeof(Datum) * nevents);
-	bool	   *metanulls = palloc(sizeof(bool) * nevents);
-	Datum	   *ids = palloc(sizeof(Datum) * nevents);
-	int			dims[1] = {nevents};
-	int			lbs[1] = {1};
-	SPIPlanPtr	plan;
-	int			rc;
+	TupleTableSlot *slot = log->slot;
 	int			i;
 
-	plan = prepare_plan(&insert_many_plan,
-						"INSERT INTO esrc.events (position, stream, version, type, data,"
-						" metadata, id, recorded_at, category)"
-						" SELECT p, $2, v, t, d, m, i, $8, $9"
-						" FROM unnest($1, $3, $4, $5, $6, $7) AS u(p, v, t, d, m, i)",
-						9, argtypes);
-
+	log->estate->es_output_cid = GetCurrentCommandId(true);
+	AfterTriggerBeginQuery();
 	for (i = 0; i < nevents; i++)
 	{
-		positions[i] = Int64GetDatum(esrc_allocate_position(seqoid));
-		versions[i] = Int64GetDatum(first_version + i);
-		types[i] = CStringGetTextDatum(events[i].type);
-		datas[i] = JsonbPGetDatum(events[i].data);
-		metas[i] = events[i].metadata ? JsonbPGetDatum(events[i].metadata) : (Datum) 0;
-		metanulls[i] = events[i].metadata == NULL;
-		ids[i] = events[i].id ? UUIDPGetDatum(events[i].id)
+		EventInput *ev = &events[i];
+		Datum	   *values;
+		bool	   *nulls;
+
+		ExecClearTuple(slot);
+		values = slot->tts_values;
+		nulls = slot->tts_isnull;
+		memset(nulls, 0, sizeof(bool) * Natts_events);
+		values[Anum_events_position - 1] = Int64GetDatum(esrc_allocate_position(seqoid));
+		values[Anum_events_stream - 1] = PointerGetDatum(stream);
+		values[Anum_events_version - 1] = Int64GetDatum(first_version + i);
+		values[Anum_events_type - 1] = CStringGetTextDatum(ev->type);
+		values[Anum_events_data - 1] = JsonbPGetDatum(ev->data);
+		if (ev->metadata)
+			values[Anum_events_metadata - 1] = JsonbPGetDatum(ev->metadata);
+		else
+			nulls[Anum_events_metadata - 1] = true;
+		values[Anum_events_id - 1] = ev->id ? UUIDPGetDatum(ev->id)
 			: DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+		values[Anum_events_recorded_at - 1] = TimestampTzGetDatum(now);
+		values[Anum_events_category - 1] = PointerGetDatum(category);
+		ExecStoreVirtualTuple(slot);
+
+		ExecSimpleRelationInsert(log->rri, log->estate, slot);
 	}
-
-	values[0] = PointerGetDatum(construct_array(positions, nevents, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(stream);
-	values[2] = PointerGetDatum(construct_array(versions, nevents, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[3] = PointerGetDatum(construct_array(types, nevents, TEXTOID, -1, false, TYPALIGN_INT));
-	values[4] = PointerGetDatum(construct_array(datas, nevents, JSONBOID, -1, false, TYPALIGN_INT));
-	values[5] = PointerGetDatum(construct_md_array(metas, metanulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
-	values[6] = PointerGetDatum(construct_array(ids, nevents, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	values[7] = TimestampTzGetDatum(now);
-	values[8] = CStringGetTextDatum(category);
-
-	rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT || SPI_processed != (uint64) nevents)
-		elog(ERROR, "event batch insert failed: %s", SPI_result_code_string(rc));
+	AfterTriggerEndQuery(log->estate);
 }
 
 /*
@@ -482,7 +514,9 @@ append_events(char *stream, int nevents, EventInput *events,
 {
 	Oid			seqoid;
 	text	   *stream_text = cstring_to_text(stream);
-	char	   *category = esrc_stream_category(stream);
+	text	   *category = cstring_to_text(esrc_stream_category(stream));
+	EventLog	log;
+	Snapshot	snap;
 	int64		head;
 	int64		result;
 	TimestampTz now = GetCurrentTimestamp();
@@ -491,15 +525,27 @@ append_events(char *stream, int nevents, EventInput *events,
 	seqoid = esrc_relation_oid("position_seq");
 
 	lock_stream(stream);
+	open_log(&log);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	/*
+	 * A snapshot taken after the lock (at READ COMMITTED; the transaction's
+	 * at the higher levels), which also sees the rows this transaction
+	 * inserted earlier, in this statement too: what a new SQL statement
+	 * would see.
+	 */
+	CommandCounterIncrement();
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	snap = GetActiveSnapshot();
 
-	if (find_existing_ids(stream, nevents, events, &result))
+	if (find_existing_ids(&log, stream, nevents, events, snap, &result))
 	{
-		SPI_finish();
+		PopActiveSnapshot();
+		close_log(&log);
 		return result;
 	}
+
+	head = stream_head(&log, stream_text, snap);
 
 	/*
 	 * At REPEATABLE READ and above the snapshot may predate the last append
@@ -508,8 +554,11 @@ append_events(char *stream, int nevents, EventInput *events,
 	 */
 	if (IsolationUsesXactSnapshot())
 	{
-		head = stream_head(stream_text, false);
-		if (stream_head(stream_text, true) != head)
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+		int64		latest_head = stream_head(&log, stream_text, latest);
+
+		UnregisterSnapshot(latest);
+		if (latest_head != head)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
@@ -517,23 +566,16 @@ append_events(char *stream, int nevents, EventInput *events,
 					 errhint("Retry the transaction.")));
 	}
 
-	if (nevents == 1)
-	{
-		/* the common case: check and insert in one statement */
-		result = insert_one(seqoid, stream_text, category, &events[0], now,
-							expected_isnull, expected);
-		if (result < 0)
-			raise_version_conflict(stream, expected, stream_head(stream_text, false));
-		SPI_finish();
-		return result;
-	}
-
-	head = stream_head(stream_text, false);
 	if (!expected_isnull && !expected_matches(expected, head))
 		raise_version_conflict(stream, expected, head);
-	insert_many(seqoid, stream_text, category, head + 1, nevents, events, now);
 
-	SPI_finish();
+	insert_events(&log, seqoid, stream_text, category, head + 1, nevents,
+				  events, now);
+
+	PopActiveSnapshot();
+	close_log(&log);
+	/* later statements, and later appends of this statement, see the rows */
+	CommandCounterIncrement();
 	return head + nevents;
 }
 
