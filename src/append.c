@@ -473,6 +473,7 @@ insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
 	int			i;
 
 	log->estate->es_output_cid = GetCurrentCommandId(true);
+	log->estate->es_snapshot = GetActiveSnapshot();
 	AfterTriggerBeginQuery();
 	for (i = 0; i < nevents; i++)
 	{
