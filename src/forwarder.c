@@ -111,6 +111,7 @@ static char *esrc_kafka_offsets_topic = NULL;
 static char *esrc_kafka_properties = NULL;
 static int	esrc_kafka_batch_size = 10000;
 static int	esrc_delivery = DELIVERY_EXACTLY_ONCE;
+static bool esrc_forwarder_log_batches = false;
 
 /*
  * Largest total size of the strings of one batch.  A batch ends at
@@ -380,6 +381,14 @@ esrc_forwarder_init(void)
 							 &esrc_delivery,
 							 DELIVERY_EXACTLY_ONCE,
 							 delivery_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("esrc.forwarder_log_batches",
+							 "Logs one line per forwarded batch with its positions and when it passed each step.",
+							 "For latency measurements (bench/forward); times are microseconds since the Unix epoch.",
+							 &esrc_forwarder_log_batches,
+							 false,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 
@@ -1118,6 +1127,43 @@ new_log(void)
 }
 
 /*
+ * When the turn of the main loop that sends the current batch began (the
+ * latch woke us) and when its read ended; for esrc.forwarder_log_batches.
+ */
+static TimestampTz turn_began = 0;
+static TimestampTz turn_read = 0;
+
+/* A TimestampTz as microseconds since the Unix epoch. */
+static long long
+unix_us(TimestampTz t)
+{
+	if (t == 0)
+		return 0;
+	return (long long) t +
+		(long long) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
+/*
+ * esrc.forwarder_log_batches: one LOG line per batch that went out, for
+ * bench/forward/run.sh, which matches it with the commit timestamps of
+ * the events.  "woke" is when the loop turn that read the batch began
+ * (for a batch read ahead: the turn of the batch before it).
+ */
+static void
+log_batch(Batch *b, int ndone)
+{
+	EsrcKafkaTiming t;
+
+	esrc_kafka_timing(kafka, &t);
+	ereport(LOG,
+			(errmsg("esrc forwarder: batch first=" INT64_FORMAT " last=" INT64_FORMAT " events=%d woke_us=%lld read_us=%lld started_us=%lld queued_us=%lld acked_us=%lld committed_us=%lld",
+					b->recs[0].position, b->recs[ndone - 1].position, ndone,
+					unix_us(turn_began), unix_us(turn_read), unix_us(t.started),
+					unix_us(t.queued), unix_us(t.acked), unix_us(t.committed)),
+			 errhidestmt(true)));
+}
+
+/*
  * Send batch b and account for the outcome.  With a backlog, while
  * librdkafka sends b, read the batch after it into spare, so that reading
  * and sending overlap: *prefetched says whether spare now holds the next
@@ -1196,6 +1242,8 @@ forward_batch(Batch *b, Batch *spare, bool *prefetched)
 
 	if (ndone > 0)
 	{
+		if (esrc_forwarder_log_batches && kafka != NULL)
+			log_batch(b, ndone);
 		for (i = 0; i < ndone; i++)
 			if (!b->recs[i].skip)
 				delivered++;
@@ -1415,6 +1463,8 @@ esrc_forwarder_main(Datum main_arg)
 		MemoryContextSwitchTo(loop_cxt);
 		MemoryContextReset(loop_cxt);
 		INSTR_TIME_SET_CURRENT(t_turn);
+		if (esrc_forwarder_log_batches && !have)
+			turn_began = GetCurrentTimestamp();
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 			reload_config();
@@ -1517,6 +1567,8 @@ send:
 		have = false;
 		held_wait = HELD_WAIT_MIN_MS;
 		INSTR_TIME_SET_CURRENT(t_read_done);
+		if (esrc_forwarder_log_batches)
+			turn_read = GetCurrentTimestamp();
 		forward_batch(cur, spare, &have);
 		INSTR_TIME_SET_CURRENT(t_sent);
 		account_batch(cur->len, t_turn, t_read_done, t_sent);

@@ -46,6 +46,7 @@
 #include "storage/pmsignal.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "esrc.h"
 #include "kafka.h"
@@ -105,6 +106,7 @@ struct EsrcKafka
 	int			last;			/* last index the position record covers */
 	char		poison_err[512];	/* why recs[nprod] was refused locally */
 	instr_time	started;
+	EsrcKafkaTiming timing;		/* of the batch in flight or the last one */
 };
 
 /*
@@ -1466,6 +1468,8 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 	int			i;
 
 	Assert(!k->in_flight);
+	memset(&k->timing, 0, sizeof(k->timing));
+	k->timing.started = GetCurrentTimestamp();
 	*poison = -1;
 	err[0] = '\0';
 	clear_last_error();
@@ -1545,6 +1549,7 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 		}
 	}
 	esrc_kafka_produce_ms += (double) elapsed_ms(k->started);
+	k->timing.queued = GetCurrentTimestamp();
 	k->in_flight = true;
 	return *poison >= 0 ? ESRC_KAFKA_POISON : ESRC_KAFKA_OK;
 }
@@ -1553,6 +1558,12 @@ bool
 esrc_kafka_in_flight(EsrcKafka *k)
 {
 	return k != NULL && k->in_flight;
+}
+
+void
+esrc_kafka_timing(EsrcKafka *k, EsrcKafkaTiming *timing)
+{
+	*timing = k->timing;
 }
 
 /* Exactly once: commit the transaction of the batch in flight. */
@@ -1566,11 +1577,20 @@ finish_transactional(EsrcKafka *k, int *ndone, int *poison,
 	instr_time	start;
 
 	INSTR_TIME_SET_CURRENT(start);
+
+	/*
+	 * First every delivery report, within the same budget as the commit:
+	 * commit_transaction() would wait for them too (it flushes), but this
+	 * way we know when Kafka had the records.
+	 */
+	if (drain(k, COMMIT_BUDGET_MS))
+		k->timing.acked = GetCurrentTimestamp();
 	for (;;)
 	{
 		error = rd_kafka_commit_transaction(k->rk, SLICE_MS);
 		if (error == NULL)
 		{
+			k->timing.committed = GetCurrentTimestamp();
 			*ndone = k->last + 1;
 			if (!drain(k, COMMIT_BUDGET_MS))
 				return ESRC_KAFKA_FATAL;
@@ -1642,6 +1662,7 @@ finish_idempotent(EsrcKafka *k, int *ndone, int *poison,
 		snprintf(err, errlen, "delivery reports did not arrive in time");
 		return ESRC_KAFKA_FATAL;
 	}
+	k->timing.acked = k->timing.committed = GetCurrentTimestamp();
 
 	for (i = 0; i < k->nprod; i++)
 		if (!recs[i].skip && !recs[i].acked)

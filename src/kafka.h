@@ -17,6 +17,8 @@
 #ifndef ESRC_KAFKA_H
 #define ESRC_KAFKA_H
 
+#include "datatype/timestamp.h"
+
 /* Outcome of an operation on the Kafka side. */
 typedef enum EsrcKafkaStatus
 {
@@ -97,6 +99,22 @@ extern bool esrc_kafka_in_flight(EsrcKafka *k);
 extern EsrcKafkaStatus esrc_kafka_finish(EsrcKafka *k, int *ndone, int *poison,
 										 char *err, size_t errlen);
 extern void esrc_kafka_emit_log(void);
+
+/*
+ * When the last batch passed each step (GetCurrentTimestamp() values), for
+ * esrc.forwarder_log_batches.  acked: every delivery report is in (exactly
+ * once: records and position record); committed: commit_transaction()
+ * returned (at least once: = acked).  0 = not reached.
+ */
+typedef struct EsrcKafkaTiming
+{
+	TimestampTz started;		/* esrc_kafka_start() called */
+	TimestampTz queued;			/* every record handed to librdkafka */
+	TimestampTz acked;
+	TimestampTz committed;
+} EsrcKafkaTiming;
+
+extern void esrc_kafka_timing(EsrcKafka *k, EsrcKafkaTiming *timing);
 
 /* milliseconds spent queueing records and in send as a whole (DEBUG1) */
 extern double esrc_kafka_produce_ms;
