@@ -1164,17 +1164,12 @@ log_batch(Batch *b, int ndone)
 
 static void account_batch(Batch *b, instr_time sent);
 
-/*
- * Read the batch after position "after" into next while a batch is in
- * flight.  The latch is reset first: a commit after this point sets it
- * again, so a latch that is not set means nothing committed since.
- */
+/* Read the batch after position "after" into next while a batch is in flight. */
 static ReadResult
 read_next(Batch *next, int64 after)
 {
 	ReadResult	rr;
 
-	ResetLatch(MyLatch);
 	next->woke = GetCurrentTimestamp();
 	INSTR_TIME_SET_CURRENT(next->read_start);
 	rr = read_log(next, true, after);
@@ -1221,10 +1216,9 @@ may_go_on(void)
 
 /*
  * Send batch *curp and account for the outcome; *sparep is the other
- * batch buffer.  While librdkafka sends a batch, the worker reads the
- * next one if there is one: with a backlog, or (exactly once) when a
- * commit set the latch since the last read.  In exactly_once mode that
- * next batch is sent as soon as Kafka has acknowledged every record of
+ * batch buffer.  With a backlog, while librdkafka sends a batch, the
+ * worker reads the next one.  In exactly_once mode that next batch is
+ * sent as soon as Kafka has acknowledged every record of
  * the batch before it, while that one is committed (see kafka.c for why
  * this keeps exactly once and order), and so on while there is more to
  * read: this returns when nothing is in flight any more.  On return,
@@ -1298,15 +1292,15 @@ forward_batch(Batch **curp, Batch **sparep, bool *prefetched)
 			bool		whole = (status == ESRC_KAFKA_OK && usable == n);
 
 			/*
-			 * Read the next batch at once, while b is sent: with a backlog
-			 * (b was cut by the batch limits), and in exactly_once mode
-			 * also when anything committed since b was read (the latch is
-			 * set; at a low rate it is not, and b is committed without
-			 * delay).
+			 * With a backlog (b was cut by the batch limits), read the
+			 * next batch at once, while b is sent.  Not at a low rate:
+			 * there, reading and sending the next batch while b is
+			 * committed was measured to delay b's commit by more than it
+			 * gains (bench/forward, docs/forwarder.md), and the events
+			 * that commit meanwhile are better taken by the next read.
 			 */
 			if (whole && may_go_on() &&
-				(n >= esrc_kafka_batch_size || b->bytes >= BATCH_BYTES ||
-				 (cfg.exactly_once && MyLatch->is_set)))
+				(n >= esrc_kafka_batch_size || b->bytes >= BATCH_BYTES))
 			{
 				prefetch = read_next(next, b->recs[n - 1].position);
 				have_next = (prefetch == READ_OK && next->len > 0);

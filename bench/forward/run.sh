@@ -28,7 +28,9 @@
 #      commit), are printed as ce_time_*.
 #
 # Usage: bash bench/forward/run.sh        (as root or a sudoer, like test/all.sh)
-#        BENCH_THROUGHPUT=0: the latency part only
+#        BENCH_THROUGHPUT=0: the latency part only; BENCH_LATENCY=0: the
+#        throughput part only.  Run it under flock -o /tmp/esrc-bench.lock
+#        (-o: the servers it starts must not inherit the lock).
 # Prints "name value" lines; nothing is asserted.
 set -euo pipefail
 ESRC_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,6 +43,7 @@ EVENTS=${BENCH_EVENTS:-1000000}
 RATE=${BENCH_RATE:-1000}
 SECS=${BENCH_SECONDS:-20}
 THROUGHPUT=${BENCH_THROUGHPUT:-1}
+LATENCY=${BENCH_LATENCY:-1}
 
 dir=$(test_tmpdir fwd-bench)
 trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
@@ -96,6 +99,7 @@ echo "forwarder_vs_raw $(awk -v f="$fwd_rate" -v r="$raw" 'BEGIN { printf "%.2f"
 fi
 
 # --- 2. latency -----------------------------------------------------------
+[ "$LATENCY" = 1 ] || exit 0
 echo "SELECT esrc.append('lat-' || (random() * 100)::int, 'Tick', '{\"x\": 1}');" >"$dir/lat.sql"
 fwd_sql "SELECT esrc.append('lat-0', 'Tick', '{}')" >/dev/null
 fwd_wait_forwarded 60
