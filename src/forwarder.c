@@ -11,7 +11,10 @@
  * precede), in short transactions, and hands each batch to kafka.c.  It
  * never holds a PostgreSQL transaction or snapshot while it waits for
  * Kafka.  Appending sessions never wait for it: at commit order.c sets
- * our latch, which is all the coupling there is.
+ * our latch, which is all the coupling there is.  With a backlog it reads
+ * the next batch while librdkafka sends one, and in exactly_once mode
+ * sends it while the one before is committed (forward_batch; kafka.c
+ * keeps that exactly once).
  *
  * Position: the last forwarded position lives where it is committed.  In
  * exactly_once mode that is the Kafka offsets topic (written in the same

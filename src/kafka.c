@@ -29,8 +29,11 @@
  * same Kafka transaction as the records up to N.  At connect,
  * init_transactions() fences any earlier incarnation of the same client
  * id and completes or aborts its open transaction; then a read_committed
- * consumer reads the offsets topic to its end to learn N.  See
- * docs/forwarder.md for the failure analysis.
+ * consumer reads the offsets topic to its end to learn N.  With a
+ * backlog, two batches are in flight on the two producers (one being
+ * committed, the next being sent); the rules that keep that exactly once
+ * are at struct EsrcKafka.  See docs/forwarder.md for the failure
+ * analysis.
  *
  *-------------------------------------------------------------------------
  */
@@ -75,8 +78,8 @@ struct EsrcKafkaTopic
  * Exactly once uses two transactional producers in turn ("esrc-<log>-0"
  * and "-1"), one Kafka transaction per batch, and keeps up to two batches
  * in flight: the next batch's transaction (on the other producer) may
- * begin and send its records while the previous one's commit
- * (EndTxn) is under way.  Three rules keep that safe:
+ * send its records while the previous one's commit (EndTxn) is under way
+ * (forwarder.c does so only with a backlog).  Three rules keep that safe:
  *
  *   1. a batch's records are produced only after every record of the
  *      batch before it (and its position record) has been acknowledged
