@@ -1478,7 +1478,8 @@ record_error(EsrcKafkaRecord *r, const char *what, char *err, size_t errlen)
 
 /*
  * Exactly once: begin the next transaction of producer p ahead of time (a
- * round trip to librdkafka's main thread, off the path of the next batch).
+ * round trip to librdkafka's main thread), while another batch is on its
+ * way rather than on the path of the next one.
  * Nothing reaches Kafka before the first record is produced; an empty
  * transaction is dropped with its producer.  OK or FATAL.
  */
@@ -1669,6 +1670,19 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 	}
 	esrc_kafka_produce_ms += (double) elapsed_ms(slot->started);
 	slot->timing.queued = GetCurrentTimestamp();
+
+	/*
+	 * Begin the other producer's next transaction now, while these
+	 * records are on their way, rather than on the next batch's path.  A
+	 * failure shows again when that batch begins it.
+	 */
+	if (k->exactly_once && !k->slots[k->cur].in_flight && !k->slots[k->cur].begun)
+	{
+		char		begin_err[256];
+
+		begin_err[0] = '\0';
+		(void) begin_txn(k, k->cur, begin_err, sizeof(begin_err));
+	}
 	return *poison >= 0 ? ESRC_KAFKA_POISON : ESRC_KAFKA_OK;
 }
 
@@ -1900,9 +1914,13 @@ esrc_kafka_finish(EsrcKafka *k, int *ndone, int *poison, char *err, size_t errle
 		if (esrc_kafka_abort_newest(k, err, errlen) != ESRC_KAFKA_OK)
 			status = ESRC_KAFKA_FATAL;
 	}
-	else if (status == ESRC_KAFKA_OK && k->exactly_once)
+	else if (status == ESRC_KAFKA_OK && k->exactly_once && k->nflight > 0)
 	{
-		/* the next transaction of this producer, ahead of time */
+		/*
+		 * The next transaction of this producer, ahead of time, while the
+		 * newer batch is on its way (with none, esrc_kafka_start() does
+		 * it after queueing the next batch).
+		 */
 		char		begin_err[256];
 
 		begin_err[0] = '\0';
