@@ -11,7 +11,10 @@
  * precede), in short transactions, and hands each batch to kafka.c.  It
  * never holds a PostgreSQL transaction or snapshot while it waits for
  * Kafka.  Appending sessions never wait for it: at commit order.c sets
- * our latch, which is all the coupling there is.
+ * our latch, which is all the coupling there is.  With a backlog it reads
+ * the next batch while librdkafka sends one, and in exactly_once mode
+ * sends it while the one before is committed (forward_batch; kafka.c
+ * keeps that exactly once).
  *
  * Position: the last forwarded position lives where it is committed.  In
  * exactly_once mode that is the Kafka offsets topic (written in the same
@@ -111,6 +114,7 @@ static char *esrc_kafka_offsets_topic = NULL;
 static char *esrc_kafka_properties = NULL;
 static int	esrc_kafka_batch_size = 10000;
 static int	esrc_delivery = DELIVERY_EXACTLY_ONCE;
+static bool esrc_forwarder_log_batches = false;
 
 /*
  * Largest total size of the strings of one batch.  A batch ends at
@@ -383,6 +387,14 @@ esrc_forwarder_init(void)
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("esrc.forwarder_log_batches",
+							 "Logs one line per forwarded batch with its positions and when it passed each step.",
+							 "For latency measurements (bench/forward); times are microseconds since the Unix epoch.",
+							 &esrc_forwarder_log_batches,
+							 false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
@@ -558,6 +570,11 @@ typedef struct Batch
 	int			len;
 	int64		bytes;			/* text bytes copied so far */
 	bool		held;			/* open appends held the horizon back */
+	/* when it was read, for the statistics and esrc.forwarder_log_batches */
+	instr_time	read_start;
+	instr_time	read_end;
+	TimestampTz woke;			/* the reading began */
+	TimestampTz read_done;
 } Batch;
 
 static Batch batches[2];
@@ -1117,72 +1134,193 @@ new_log(void)
 	mirror_dirty = false;
 }
 
+/* A TimestampTz as microseconds since the Unix epoch. */
+static long long
+unix_us(TimestampTz t)
+{
+	if (t == 0)
+		return 0;
+	return (long long) t +
+		(long long) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
 /*
- * Send batch b and account for the outcome.  With a backlog, while
- * librdkafka sends b, read the batch after it into spare, so that reading
- * and sending overlap: *prefetched says whether spare now holds the next
- * batch to send (only when b went out whole).  The records of spare are
- * queued only after b is committed, so order is kept.
+ * esrc.forwarder_log_batches: one LOG line per batch that went out, for
+ * bench/forward/run.sh, which matches it with the commit timestamps of
+ * the events.  "woke" is when the reading of the batch began: the turn
+ * of the main loop that the latch woke, or the read of the next batch
+ * while this one was sent.
  */
 static void
-forward_batch(Batch *b, Batch *spare, bool *prefetched)
+log_batch(Batch *b, int ndone)
+{
+	EsrcKafkaTiming t;
+
+	esrc_kafka_timing(kafka, &t);
+	ereport(LOG,
+			(errmsg("esrc forwarder: batch first=" INT64_FORMAT " last=" INT64_FORMAT " events=%d woke_us=%lld read_us=%lld started_us=%lld queued_us=%lld acked_us=%lld committed_us=%lld",
+					b->recs[0].position, b->recs[ndone - 1].position, ndone,
+					unix_us(b->woke), unix_us(b->read_done), unix_us(t.started),
+					unix_us(t.queued), unix_us(t.acked), unix_us(t.committed)),
+			 errhidestmt(true)));
+}
+
+static void account_batch(Batch *b, instr_time sent);
+
+/* Read the batch after position "after" into next while a batch is in flight. */
+static ReadResult
+read_next(Batch *next, int64 after)
+{
+	ReadResult	rr;
+
+	next->woke = GetCurrentTimestamp();
+	INSTR_TIME_SET_CURRENT(next->read_start);
+	rr = read_log(next, true, after);
+	INSTR_TIME_SET_CURRENT(next->read_end);
+	next->read_done = GetCurrentTimestamp();
+	return rr;
+}
+
+/*
+ * Exactly once, batch in flight and acknowledged: start next, read after
+ * it, so that it is sent while the batch before it is committed.  Only a
+ * whole batch (every topic usable, queued whole); otherwise next stays
+ * read but unsent, for the main loop.  true when next is in flight.
+ */
+static bool
+start_next(Batch *next)
 {
 	char		err[ESRC_FWD_ERROR_LEN];
-	char		topic_err[ESRC_FWD_ERROR_LEN];
-	int			n = b->len;
-	int			ndone = 0;
-	int			poison = -1;
 	int			usable;
+	int			poison;
 	EsrcKafkaStatus status;
-	EsrcKafkaStatus topic_status;
-	ReadResult	prefetch = READ_OK;
-	int			delivered = 0;
-	int			i;
 
-	*prefetched = false;
+	if (resolve_topics(next, &usable, err, sizeof(err)) != ESRC_KAFKA_OK ||
+		usable < next->len)
+		return false;
+	status = esrc_kafka_start(kafka, next->recs, next->len, &poison, err, sizeof(err));
+	if (status == ESRC_KAFKA_OK)
+		return true;
+	/* the main loop sends it again on its own and reports what happens */
+	if (esrc_kafka_batches_in_flight(kafka) == 2 &&
+		esrc_kafka_abort_newest(kafka, err, sizeof(err)) != ESRC_KAFKA_OK)
+		ereport(DEBUG1,
+				(errmsg("esrc forwarder: %s", err)));
+	return false;
+}
 
-	/* no event after a poison record goes before it */
-	if (poison_position > 0)
-	{
-		if (b->recs[0].position == poison_position)
-			n = 1;
-		else
-			for (i = 0; i < n; i++)
-				if (b->recs[i].position >= poison_position)
-				{
-					n = i;
-					break;
-				}
-	}
-	b->len = n;
+/* May the worker read on (and send) while a batch is in flight? */
+static bool
+may_go_on(void)
+{
+	return poison_position == 0 && !ConfigReloadPending &&
+		pg_atomic_read_u32(&esrc_shared->forwarder.paused) == 0;
+}
 
-	topic_status = resolve_topics(b, &usable, topic_err, sizeof(topic_err));
-	if (usable == 0)
+/*
+ * Send batch *curp and account for the outcome; *sparep is the other
+ * batch buffer.  With a backlog, while librdkafka sends a batch, the
+ * worker reads the next one.  In exactly_once mode that next batch is
+ * sent as soon as Kafka has acknowledged every record of
+ * the batch before it, while that one is committed (see kafka.c for why
+ * this keeps exactly once and order), and so on while there is more to
+ * read: this returns when nothing is in flight any more.  On return,
+ * *prefetched says whether *curp holds a batch read but not sent yet
+ * (only after a batch that went out whole).
+ */
+static void
+forward_batch(Batch **curp, Batch **sparep, bool *prefetched)
+{
+	Batch	   *b = *curp;
+	Batch	   *next = *sparep;
+	bool		started = false;	/* b is in flight already */
+	bool		have_next = false;
+
+	for (;;)
 	{
-		/* RETRY, FATAL or POISON of the first record's topic */
-		status = topic_status;
-		strlcpy(err, topic_err, sizeof(err));
-		if (status == ESRC_KAFKA_POISON)
-			poison = 0;
-	}
-	else
-	{
-		status = esrc_kafka_start(kafka, b->recs, usable, &poison, err, sizeof(err));
-		if (esrc_kafka_in_flight(kafka))
+		char		err[ESRC_FWD_ERROR_LEN];
+		char		topic_err[ESRC_FWD_ERROR_LEN];
+		int			n = b->len;
+		int			ndone = 0;
+		int			poison = -1;
+		int			usable;
+		EsrcKafkaStatus status;
+		EsrcKafkaStatus topic_status = ESRC_KAFKA_OK;
+		ReadResult	prefetch = READ_OK;
+		bool		next_started = false;
+		int			delivered = 0;
+		int			i;
+		instr_time	sent;
+
+		CHECK_FOR_INTERRUPTS();
+		have_next = false;
+		if (started)
 		{
-			/*
-			 * Read ahead only with a backlog (b was cut by the batch
-			 * limits): at a low rate, events that commit while this batch
-			 * is being committed are better taken by the next read.
-			 */
-			if (status == ESRC_KAFKA_OK && usable == n && poison_position == 0 &&
-				(n >= esrc_kafka_batch_size || b->bytes >= BATCH_BYTES) &&
-				pg_atomic_read_u32(&esrc_shared->forwarder.paused) == 0)
+			/* start_next() sent it whole */
+			usable = n;
+			status = ESRC_KAFKA_OK;
+		}
+		else
+		{
+			/* no event after a poison record goes before it */
+			if (poison_position > 0)
 			{
-				prefetch = read_log(spare, true, b->recs[n - 1].position);
-				*prefetched = (prefetch == READ_OK && spare->len > 0);
+				if (b->recs[0].position == poison_position)
+					n = 1;
+				else
+					for (i = 0; i < n; i++)
+						if (b->recs[i].position >= poison_position)
+						{
+							n = i;
+							break;
+						}
 			}
+			b->len = n;
+
+			topic_status = resolve_topics(b, &usable, topic_err, sizeof(topic_err));
+			if (usable == 0)
+			{
+				/* RETRY, FATAL or POISON of the first record's topic */
+				status = topic_status;
+				strlcpy(err, topic_err, sizeof(err));
+				if (status == ESRC_KAFKA_POISON)
+					poison = 0;
+			}
+			else
+				status = esrc_kafka_start(kafka, b->recs, usable, &poison, err, sizeof(err));
+		}
+
+		if (usable > 0 && esrc_kafka_in_flight(kafka))
+		{
+			bool		whole = (status == ESRC_KAFKA_OK && usable == n);
+
+			/*
+			 * With a backlog (b was cut by the batch limits), read the
+			 * next batch at once, while b is sent.  Not at a low rate:
+			 * there, reading and sending the next batch while b is
+			 * committed was measured to delay b's commit by more than it
+			 * gains (bench/forward, docs/forwarder.md), and the events
+			 * that commit meanwhile are better taken by the next read.
+			 */
+			if (whole && may_go_on() &&
+				(n >= esrc_kafka_batch_size || b->bytes >= BATCH_BYTES))
+			{
+				prefetch = read_next(next, b->recs[n - 1].position);
+				have_next = (prefetch == READ_OK && next->len > 0);
+			}
+
+			/*
+			 * Exactly once: once Kafka has every record of b, send the
+			 * next batch, while b is committed.
+			 */
+			if (whole && cfg.exactly_once && have_next && may_go_on() &&
+				esrc_kafka_wait_acked(kafka))
+				next_started = start_next(next);
+
+			/* commit b; if that fails, next is aborted with it */
 			status = esrc_kafka_finish(kafka, &ndone, &poison, err, sizeof(err));
+			if (next_started && !esrc_kafka_in_flight(kafka))
+				next_started = false;
 		}
 		if (status == ESRC_KAFKA_OK && usable < n)
 		{
@@ -1192,75 +1330,108 @@ forward_batch(Batch *b, Batch *spare, bool *prefetched)
 			if (status == ESRC_KAFKA_POISON)
 				poison = usable;
 		}
-	}
 
-	if (ndone > 0)
-	{
-		for (i = 0; i < ndone; i++)
-			if (!b->recs[i].skip)
-				delivered++;
-		position = b->recs[ndone - 1].position;
-		mirror_dirty = true;
-		publish_progress(position, delivered);
-	}
-	if (status != ESRC_KAFKA_OK)
-		*prefetched = false;
+		if (ndone > 0)
+		{
+			if (esrc_forwarder_log_batches && kafka != NULL)
+				log_batch(b, ndone);
+			for (i = 0; i < ndone; i++)
+				if (!b->recs[i].skip)
+					delivered++;
+			position = b->recs[ndone - 1].position;
+			mirror_dirty = true;
+			publish_progress(position, delivered);
+		}
+		if (status != ESRC_KAFKA_OK)
+		{
+			/* what was read after b does not follow what went out */
+			have_next = false;
+			Assert(!next_started);
+		}
 
-	switch (status)
-	{
-		case ESRC_KAFKA_OK:
-			if (backoff_ms > 0 || get_state() == FWD_DISCONNECTED)
-				ereport(LOG,
-						(errmsg("esrc forwarder: delivering to Kafka again, at position " INT64_FORMAT,
-								position)));
-			backoff_ms = 0;
-			last_logged_state = -1;
-			if (poison_position > 0 && position >= poison_position)
-			{
-				ereport(LOG,
-						(errmsg("esrc forwarder: event at position " INT64_FORMAT " is past, forwarding resumes",
-								poison_position)));
-				poison_position = 0;
-				set_blocked(0, NULL);
-			}
-			if (poison_position == 0)
-				set_state(FWD_RUNNING, NULL);
-			break;
-
-		case ESRC_KAFKA_POISON:
-			{
-				EsrcKafkaRecord *r = &b->recs[poison];
-				char		detail[ESRC_FWD_ERROR_LEN];
-
-				poison_position = r->position;
-				set_blocked(r->position, r->stream);
-				snprintf(detail, sizeof(detail),
-						 "Nothing after position " INT64_FORMAT " is forwarded until it goes through; retrying with back-off. To give up on it, run SELECT esrc.forwarder_skip(" INT64_FORMAT ").",
-						 r->position, r->position);
-				report_failure(FWD_BLOCKED, err, detail);
-				/* retry at once if records before it remain to be sent */
-				if (poison == ndone)
-					schedule_retry();
+		switch (status)
+		{
+			case ESRC_KAFKA_OK:
+				if (backoff_ms > 0 || get_state() == FWD_DISCONNECTED)
+					ereport(LOG,
+							(errmsg("esrc forwarder: delivering to Kafka again, at position " INT64_FORMAT,
+									position)));
+				backoff_ms = 0;
+				last_logged_state = -1;
+				if (poison_position > 0 && position >= poison_position)
+				{
+					ereport(LOG,
+							(errmsg("esrc forwarder: event at position " INT64_FORMAT " is past, forwarding resumes",
+									poison_position)));
+					poison_position = 0;
+					set_blocked(0, NULL);
+				}
+				if (poison_position == 0)
+					set_state(FWD_RUNNING, NULL);
 				break;
-			}
 
-		case ESRC_KAFKA_RETRY:
-			report_failure(FWD_DISCONNECTED, err, NULL);
-			schedule_retry();
-			break;
+			case ESRC_KAFKA_POISON:
+				{
+					EsrcKafkaRecord *r = &b->recs[poison];
+					char		detail[ESRC_FWD_ERROR_LEN];
 
-		case ESRC_KAFKA_FATAL:
-		case ESRC_KAFKA_CONFIG:
-			report_failure(FWD_ERROR, err, "The Kafka producer is recreated.");
-			disconnect();		/* Kafka may have more: connect_kafka() asks */
-			schedule_retry();
+					poison_position = r->position;
+					set_blocked(r->position, r->stream);
+					snprintf(detail, sizeof(detail),
+							 "Nothing after position " INT64_FORMAT " is forwarded until it goes through; retrying with back-off. To give up on it, run SELECT esrc.forwarder_skip(" INT64_FORMAT ").",
+							 r->position, r->position);
+					report_failure(FWD_BLOCKED, err, detail);
+					/* retry at once if records before it remain to be sent */
+					if (poison == ndone)
+						schedule_retry();
+					break;
+				}
+
+			case ESRC_KAFKA_RETRY:
+				report_failure(FWD_DISCONNECTED, err, NULL);
+				schedule_retry();
+				break;
+
+			case ESRC_KAFKA_FATAL:
+			case ESRC_KAFKA_CONFIG:
+				report_failure(FWD_ERROR, err, "The Kafka producer is recreated.");
+				disconnect();	/* Kafka may have more: connect_kafka() asks */
+				schedule_retry();
+				break;
+		}
+
+		INSTR_TIME_SET_CURRENT(sent);
+		account_batch(b, sent);
+
+		if (prefetch == READ_NEW_LOG)
+		{
+			Assert(!next_started);
+			have_next = false;
+			new_log();
+		}
+
+		if (!next_started)
 			break;
+		/* next is in flight: it is the batch to finish now */
+		{
+			Batch	   *t = b;
+
+			b = next;
+			next = t;
+		}
+		started = true;
 	}
 
-	if (prefetch == READ_NEW_LOG)
+	*prefetched = have_next;
+	if (have_next)
 	{
-		*prefetched = false;
-		new_log();
+		*curp = next;
+		*sparep = b;
+	}
+	else
+	{
+		*curp = b;
+		*sparep = next;
 	}
 }
 
@@ -1279,14 +1450,17 @@ static struct
 } stats;
 
 static void
-account_batch(int n, instr_time t0, instr_time t1, instr_time t2)
+account_batch(Batch *b, instr_time sent)
 {
-	instr_time	now = t2;
+	instr_time	t0 = b->read_start;
+	instr_time	t1 = b->read_end;
+	instr_time	t2 = sent;
+	instr_time	now = sent;
 
 	if (INSTR_TIME_IS_ZERO(stats.since))
 		stats.since = t0;
 	stats.batches++;
-	stats.events += n;
+	stats.events += b->len;
 	INSTR_TIME_SUBTRACT(t2, t1);
 	INSTR_TIME_SUBTRACT(t1, t0);
 	stats.read_ms += INSTR_TIME_GET_MILLISEC(t1);
@@ -1406,15 +1580,16 @@ esrc_forwarder_main(Datum main_arg)
 	{
 		bool		want_batch;
 		TimestampTz now;
+		TimestampTz turn_began = 0;
 		char		msg[256];
 		instr_time	t_turn;
-		instr_time	t_read_done;
-		instr_time	t_sent;
 		ReadResult	rr;
 
 		MemoryContextSwitchTo(loop_cxt);
 		MemoryContextReset(loop_cxt);
 		INSTR_TIME_SET_CURRENT(t_turn);
+		if (!have)
+			turn_began = GetCurrentTimestamp();
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 			reload_config();
@@ -1458,7 +1633,11 @@ esrc_forwarder_main(Datum main_arg)
 			goto send;
 
 		want_batch = (kafka != NULL && position >= 0);
+		cur->woke = turn_began;
+		cur->read_start = t_turn;
 		rr = read_log(cur, want_batch, position);
+		INSTR_TIME_SET_CURRENT(cur->read_end);
+		cur->read_done = GetCurrentTimestamp();
 		if (rr == READ_NEW_LOG)
 		{
 			new_log();
@@ -1516,17 +1695,7 @@ esrc_forwarder_main(Datum main_arg)
 send:
 		have = false;
 		held_wait = HELD_WAIT_MIN_MS;
-		INSTR_TIME_SET_CURRENT(t_read_done);
-		forward_batch(cur, spare, &have);
-		INSTR_TIME_SET_CURRENT(t_sent);
-		account_batch(cur->len, t_turn, t_read_done, t_sent);
-		if (have)
-		{
-			Batch	   *t = cur;
-
-			cur = spare;
-			spare = t;
-		}
+		forward_batch(&cur, &spare, &have);
 	}
 }
 

@@ -29,8 +29,11 @@
  * same Kafka transaction as the records up to N.  At connect,
  * init_transactions() fences any earlier incarnation of the same client
  * id and completes or aborts its open transaction; then a read_committed
- * consumer reads the offsets topic to its end to learn N.  See
- * docs/forwarder.md for the failure analysis.
+ * consumer reads the offsets topic to its end to learn N.  With a
+ * backlog, two batches are in flight on the two producers (one being
+ * committed, the next being sent); the rules that keep that exactly once
+ * are at struct EsrcKafka.  See docs/forwarder.md for the failure
+ * analysis.
  *
  *-------------------------------------------------------------------------
  */
@@ -46,6 +49,7 @@
 #include "storage/pmsignal.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "esrc.h"
 #include "kafka.h"
@@ -72,53 +76,86 @@ struct EsrcKafkaTopic
 
 /*
  * Exactly once uses two transactional producers in turn ("esrc-<log>-0"
- * and "-1"), each transaction beginning only after the previous one's
- * commit returned.  After a commit the coordinator still writes the
- * transaction markers, and a new transaction of the same producer that
- * comes too soon is refused (CONCURRENT_TRANSACTIONS) and retried by
- * librdkafka 20 ms later; the other producer is not affected.  Order is
- * kept because transactions never overlap: every record of transaction
- * k+1 is appended after every record of k.
+ * and "-1"), one Kafka transaction per batch, and keeps up to two batches
+ * in flight: the next batch's transaction (on the other producer) may
+ * send its records while the previous one's commit (EndTxn) is under way
+ * (forwarder.c does so only with a backlog).  Three rules keep that safe:
+ *
+ *   1. a batch's records are produced only after every record of the
+ *      batch before it (and its position record) has been acknowledged
+ *      by Kafka, so in every partition they come after them (the
+ *      idempotent producer keeps the order within one producer; across
+ *      the two producers this rule does);
+ *   2. a batch's commit is requested only after the commit of the batch
+ *      before it has returned successfully;
+ *   3. when that commit fails in any way, the later batch is aborted
+ *      (or, when even that fails, both producers are dropped: the next
+ *      incarnation's init_transactions() aborts a transaction whose
+ *      commit was never requested).
+ *
+ * So Kafka's committed records are always a prefix of the log in position
+ * order, and the last committed position record is the largest one: what
+ * a read_committed consumer sees is what a strictly sequential forwarder
+ * would have committed.  Alternating the producers also keeps a new
+ * transaction off a producer whose last transaction's markers the
+ * coordinator is still writing (it would be refused with
+ * CONCURRENT_TRANSACTIONS and retried by librdkafka 20 ms later).
+ *
+ * At least once uses one idempotent producer and one batch at a time.
  */
+
+/*
+ * One batch between esrc_kafka_start() and esrc_kafka_finish(), on one
+ * producer (slot i belongs to producer i).
+ */
+typedef struct TxnSlot
+{
+	bool		in_flight;
+	bool		begun;			/* exactly once: begin_transaction() done,
+								 * nothing produced yet */
+	uint32		gen;			/* delivery reports of this batch carry it */
+	EsrcKafkaRecord *recs;
+	int			nrecs;
+	int			nprod;			/* records [0, nprod) were queued */
+	int			last;			/* last index the position record covers */
+	int			position_err;	/* report of the position record */
+	bool		position_acked;
+	char		poison_err[512];	/* why recs[nprod] was refused locally */
+	instr_time	started;
+	bool		waiting;		/* wait_start is set */
+	instr_time	wait_start;		/* the commit's time budget counts from here */
+	EsrcKafkaTiming timing;
+} TxnSlot;
+
 struct EsrcKafka
 {
-	rd_kafka_t *rk;				/* the producer in turn: rks[cur] */
 	rd_kafka_t *rks[MAX_PRODUCERS];
 	int			nrk;
-	int			cur;
+	int			cur;			/* producer of the next batch */
+	int			oldest;			/* slot of the oldest batch in flight */
+	int			nflight;		/* batches in flight: 0, 1 or 2 */
 	bool		exactly_once;
 	char	   *client_id;
 	char	   *source;			/* ce_source */
 	char	   *position_prefix;	/* value of the position record up to N */
 	char	   *brokers;
 	char	   *properties;
-	rd_kafka_topic_t *offsets_rkt;	/* of the producer in turn */
 	rd_kafka_topic_t *offsets_rkts[MAX_PRODUCERS];
 	HTAB	   *topics;
 	MemoryContext cxt;
-
-	/* the batch between esrc_kafka_start() and esrc_kafka_finish() */
-	bool		in_flight;
-	EsrcKafkaRecord *recs;
-	int			nrecs;
-	int			nprod;			/* records [0, nprod) were queued */
-	int			last;			/* last index the position record covers */
-	char		poison_err[512];	/* why recs[nprod] was refused locally */
-	instr_time	started;
+	TxnSlot		slots[MAX_PRODUCERS];
+	EsrcKafkaTiming timing;		/* of the last batch finished */
 };
 
 /*
  * Delivery reports.  The opaque of each produced message is
- * (generation << 32) | index; reports of an older generation (a batch
- * given up on) are ignored, so dr_cb never writes into freed memory.
+ * (generation << 32) | index, the producer's opaque is its TxnSlot;
+ * reports of another generation than the slot's (a batch given up on)
+ * are ignored, so dr_cb never writes into freed memory.
  */
 #define POSITION_INDEX	0xFFFFFFFFu
 
-static EsrcKafkaRecord *dr_recs = NULL;
-static uint32 dr_nrecs = 0;
-static uint32 dr_gen = 0;
-static int	dr_position_err;
-static bool dr_position_acked;
+static uint32 dr_gen = 0;		/* last generation handed out */
 
 /* The ring buffer of log lines from librdkafka threads. */
 #define LOG_RING		1024
@@ -207,25 +244,29 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 				 "%s: %s", rd_kafka_err2name(err), reason);
 }
 
-/* Delivery report callback: called from rd_kafka_poll/flush in our thread. */
+/*
+ * Delivery report callback: called from rd_kafka_poll/flush in our thread,
+ * opaque is the producer's TxnSlot.
+ */
 static void
 dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
+	TxnSlot    *slot = (TxnSlot *) opaque;
 	uint64		tag = (uint64) (uintptr_t) msg->_private;
 	uint32		gen = (uint32) (tag >> 32);
 	uint32		index = (uint32) (tag & 0xFFFFFFFFu);
 
-	if (gen != dr_gen)
+	if (slot == NULL || !slot->in_flight || gen != slot->gen)
 		return;
 	if (index == POSITION_INDEX)
 	{
-		dr_position_err = msg->err;
-		dr_position_acked = (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+		slot->position_err = msg->err;
+		slot->position_acked = (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR);
 	}
-	else if (dr_recs != NULL && index < dr_nrecs)
+	else if (slot->recs != NULL && index < (uint32) slot->nrecs)
 	{
-		dr_recs[index].err = msg->err;
-		dr_recs[index].acked = (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+		slot->recs[index].err = msg->err;
+		slot->recs[index].acked = (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR);
 	}
 }
 
@@ -505,6 +546,7 @@ build_conf(EsrcKafka *k, ConfKind kind, char *err, size_t errlen)
 			!conf_set(conf, "transactional.id", txn_id, err, errlen))
 			goto fail;
 		rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+		rd_kafka_conf_set_opaque(conf, &k->slots[k->nrk]);
 	}
 	else
 	{
@@ -886,6 +928,8 @@ esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
  * ----------------------------------------------------------------
  */
 
+static EsrcKafkaStatus begin_txn(EsrcKafka *k, int p, char *err, size_t errlen);
+
 static void
 destroy_rk(rd_kafka_t *rk)
 {
@@ -904,9 +948,11 @@ esrc_kafka_destroy(EsrcKafka *k)
 	if (k == NULL)
 		return;
 	/* reports of what is still queued must not reach a batch */
-	dr_gen++;
-	dr_recs = NULL;
-	dr_nrecs = 0;
+	for (i = 0; i < MAX_PRODUCERS; i++)
+	{
+		k->slots[i].in_flight = false;
+		k->slots[i].recs = NULL;
+	}
 
 	hash_seq_init(&seq, k->topics);
 	while ((t = hash_seq_search(&seq)) != NULL)
@@ -1178,7 +1224,6 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 		k->rks[k->nrk++] = rk;
 	}
 	k->cur = 0;
-	k->rk = k->rks[0];
 
 	if (s->exactly_once)
 	{
@@ -1220,8 +1265,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 
 		for (i = 0; i < k->nrk; i++)
 			k->offsets_rkts[i] = rd_kafka_topic_new(k->rks[i], s->offsets_topic, NULL);
-		k->offsets_rkt = k->offsets_rkts[0];
-		*status = topic_metadata(k, k->rk, k->offsets_rkt, s->offsets_topic,
+		*status = topic_metadata(k, k->rks[0], k->offsets_rkts[0], s->offsets_topic,
 								 &partitions, &missing, err, errlen);
 		if (*status == ESRC_KAFKA_POISON && missing)
 		{
@@ -1239,6 +1283,14 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 		*status = read_position(k, s->offsets_topic, position, err, errlen);
 		if (*status != ESRC_KAFKA_OK)
 			goto fail;
+
+		/* the first transaction of each producer, ahead of time */
+		for (i = 0; i < k->nrk; i++)
+		{
+			*status = begin_txn(k, i, err, errlen);
+			if (*status != ESRC_KAFKA_OK)
+				goto fail;
+		}
 	}
 	else
 	{
@@ -1250,7 +1302,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 		INSTR_TIME_SET_CURRENT(start);
 		for (;;)
 		{
-			e = rd_kafka_metadata(k->rk, 0, NULL, &md, SLICE_MS * 5);
+			e = rd_kafka_metadata(k->rks[0], 0, NULL, &md, SLICE_MS * 5);
 			if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
 			{
 				rd_kafka_metadata_destroy(md);
@@ -1294,14 +1346,15 @@ esrc_kafka_poll(EsrcKafka *k)
  */
 
 /*
- * Produce one record (a copy: librdkafka owns the bytes afterwards).  On
- * a full local queue, serve delivery reports and try again.  Returns the
- * librdkafka error; MSG_SIZE_TOO_LARGE means the record is larger than
- * message.max.bytes.
+ * Produce one record on producer p (a copy: librdkafka owns the bytes
+ * afterwards).  On a full local queue, serve delivery reports and try
+ * again.  Returns the librdkafka error; MSG_SIZE_TOO_LARGE means the
+ * record is larger than message.max.bytes.
  */
 static rd_kafka_resp_err_t
-produce_record(EsrcKafka *k, EsrcKafkaRecord *r, uint32 index)
+produce_record(EsrcKafka *k, int p, EsrcKafkaRecord *r, uint32 index)
 {
+	rd_kafka_t *rk = k->rks[p];
 	rd_kafka_headers_t *h;
 	char		version[24];
 	char		position[24];
@@ -1328,13 +1381,13 @@ produce_record(EsrcKafka *k, EsrcKafkaRecord *r, uint32 index)
 		if (r->metadata != NULL)
 			rd_kafka_header_add(h, "ce_esrcmetadata", -1, r->metadata, -1);
 
-		e = rd_kafka_producev(k->rk,
-							  RD_KAFKA_V_RKT(r->topic->rkt[k->cur]),
+		e = rd_kafka_producev(rk,
+							  RD_KAFKA_V_RKT(r->topic->rkt[p]),
 							  RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 							  RD_KAFKA_V_KEY(r->stream, r->stream_len),
 							  RD_KAFKA_V_VALUE(r->data, r->data_len),
 							  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-							  RD_KAFKA_V_OPAQUE((void *) (uintptr_t) (((uint64) dr_gen << 32) | index)),
+							  RD_KAFKA_V_OPAQUE((void *) (uintptr_t) (((uint64) k->slots[p].gen << 32) | index)),
 							  RD_KAFKA_V_HEADERS(h),
 							  RD_KAFKA_V_END);
 		if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -1350,25 +1403,25 @@ produce_record(EsrcKafka *k, EsrcKafkaRecord *r, uint32 index)
 		}
 		else if (elapsed_ms(start) > QUEUE_FULL_BUDGET_MS)
 			return e;
-		rd_kafka_poll(k->rk, 10);
+		rd_kafka_poll(rk, 10);
 		between_slices(start);
 	}
 }
 
-/* The position record of exactly-once mode. */
+/* The position record of exactly-once mode, on producer p. */
 static rd_kafka_resp_err_t
-produce_position(EsrcKafka *k, int64 position)
+produce_position(EsrcKafka *k, int p, int64 position)
 {
 	char	   *value = psprintf("%s" INT64_FORMAT "}", k->position_prefix, position);
 	rd_kafka_resp_err_t e;
 
-	e = rd_kafka_producev(k->rk,
-						  RD_KAFKA_V_RKT(k->offsets_rkt),
+	e = rd_kafka_producev(k->rks[p],
+						  RD_KAFKA_V_RKT(k->offsets_rkts[p]),
 						  RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 						  RD_KAFKA_V_KEY(k->client_id, strlen(k->client_id)),
 						  RD_KAFKA_V_VALUE(value, strlen(value)),
 						  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-						  RD_KAFKA_V_OPAQUE((void *) (uintptr_t) (((uint64) dr_gen << 32) | POSITION_INDEX)),
+						  RD_KAFKA_V_OPAQUE((void *) (uintptr_t) (((uint64) k->slots[p].gen << 32) | POSITION_INDEX)),
 						  RD_KAFKA_V_HEADER("content-type", "application/json", -1),
 						  RD_KAFKA_V_END);
 	pfree(value);
@@ -1376,24 +1429,31 @@ produce_position(EsrcKafka *k, int64 position)
 }
 
 /*
- * Wait until librdkafka holds no message and no undelivered report of
- * ours, serving reports.  false after budget_ms.
+ * Wait until producer rk holds no message and no undelivered report,
+ * serving reports, counting the budget from start.  false when the
+ * budget is spent.
  */
 static bool
-drain(EsrcKafka *k, int budget_ms)
+drain_from(rd_kafka_t *rk, instr_time start, int budget_ms)
+{
+	while (rd_kafka_outq_len(rk) > 0)
+	{
+		if (elapsed_ms(start) > budget_ms)
+			return false;
+		rd_kafka_flush(rk, SLICE_MS);
+		between_slices(start);
+	}
+	rd_kafka_poll(rk, 0);
+	return true;
+}
+
+static bool
+drain(rd_kafka_t *rk, int budget_ms)
 {
 	instr_time	start;
 
 	INSTR_TIME_SET_CURRENT(start);
-	while (rd_kafka_outq_len(k->rk) > 0)
-	{
-		if (elapsed_ms(start) > budget_ms)
-			return false;
-		rd_kafka_flush(k->rk, SLICE_MS);
-		between_slices(start);
-	}
-	rd_kafka_poll(k->rk, 0);
-	return true;
+	return drain_from(rk, start, budget_ms);
 }
 
 /* A delivery error that retrying the same record cannot cure? */
@@ -1417,23 +1477,49 @@ record_error(EsrcKafkaRecord *r, const char *what, char *err, size_t errlen)
 }
 
 /*
- * Abort the open transaction.  OK once aborted; FATAL when that fails
- * (the caller then rebuilds the producer, whose init_transactions aborts
- * it for good).
+ * Exactly once: begin the next transaction of producer p ahead of time (a
+ * round trip to librdkafka's main thread), while another batch is on its
+ * way rather than on the path of the next one.
+ * Nothing reaches Kafka before the first record is produced; an empty
+ * transaction is dropped with its producer.  OK or FATAL.
  */
 static EsrcKafkaStatus
-abort_txn(EsrcKafka *k, char *err, size_t errlen)
+begin_txn(EsrcKafka *k, int p, char *err, size_t errlen)
+{
+	rd_kafka_error_t *error;
+
+	if (k->slots[p].begun)
+		return ESRC_KAFKA_OK;
+	error = rd_kafka_begin_transaction(k->rks[p]);
+	if (error != NULL)
+	{
+		txn_error(error, "begin_transaction", err, errlen);
+		return ESRC_KAFKA_FATAL;
+	}
+	k->slots[p].begun = true;
+	return ESRC_KAFKA_OK;
+}
+
+/*
+ * Abort the open transaction of producer p and wait for its reports.  OK
+ * once aborted; FATAL when that fails (the caller then rebuilds the
+ * producers, whose init_transactions aborts it for good).  err keeps an
+ * earlier message if there is one.
+ */
+static EsrcKafkaStatus
+abort_txn(EsrcKafka *k, int p, char *err, size_t errlen)
 {
 	instr_time	start;
 	char		abort_err[256];
 
+	k->slots[p].begun = false;
 	INSTR_TIME_SET_CURRENT(start);
 	for (;;)
 	{
-		rd_kafka_error_t *error = rd_kafka_abort_transaction(k->rk, SLICE_MS);
+		rd_kafka_error_t *error = rd_kafka_abort_transaction(k->rks[p], SLICE_MS);
 
 		if (error == NULL)
-			return ESRC_KAFKA_OK;
+			break;
 		if (txn_error(error, "abort_transaction", abort_err, sizeof(abort_err)) == TXN_RETRIABLE &&
 			elapsed_ms(start) < COMMIT_BUDGET_MS)
 		{
@@ -1444,6 +1530,31 @@ abort_txn(EsrcKafka *k, char *err, size_t errlen)
 			strlcpy(err, abort_err, errlen);
 		return ESRC_KAFKA_FATAL;
 	}
+	if (!drain(k->rks[p], COMMIT_BUDGET_MS))
+		return ESRC_KAFKA_FATAL;
+	return ESRC_KAFKA_OK;
+}
+
+/* The slot of the newest batch in flight (nflight > 0). */
+static int
+newest_slot(EsrcKafka *k)
+{
+	Assert(k->nflight > 0);
+	return (k->oldest + k->nflight - 1) % k->nrk;
+}
+
+static void
+slot_done(EsrcKafka *k, int p)
+{
+	TxnSlot    *slot = &k->slots[p];
+
+	/* no later report may touch the records */
+	slot->in_flight = false;
+	slot->recs = NULL;
+	slot->gen = 0;
+	k->nflight--;
+	k->oldest = (p + 1) % k->nrk;
+	esrc_kafka_commit_ms += (double) elapsed_ms(slot->started);
 }
 
 /*
@@ -1451,7 +1562,13 @@ abort_txn(EsrcKafka *k, char *err, size_t errlen)
  * not sent but count as done): queue them, in exactly-once mode in a new
  * transaction together with the position record.  librdkafka sends them
  * in the background; the caller may do other work (but must not free or
- * move recs) until esrc_kafka_finish(), which it must call next.
+ * move recs) until esrc_kafka_finish() has finished this batch.
+ *
+ * With no batch in flight this is always allowed.  With one, only in
+ * exactly-once mode and only after esrc_kafka_wait_acked() returned true
+ * for it (rule 1 above): then this batch goes out on the other producer
+ * while the first one is committed, and esrc_kafka_finish() finishes the
+ * older one first.
  *
  * Returns OK when all were queued, POISON when recs[*poison] was refused
  * before sending (those before it are queued), FATAL when the producer
@@ -1462,10 +1579,14 @@ EsrcKafkaStatus
 esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 				 int *poison, char *err, size_t errlen)
 {
+	int			p = k->cur;
+	TxnSlot    *slot = &k->slots[p];
 	rd_kafka_resp_err_t e;
+	EsrcKafkaStatus status;
 	int			i;
 
-	Assert(!k->in_flight);
+	Assert(k->nflight == 0 || (k->exactly_once && k->nflight == 1));
+	Assert(!slot->in_flight);
 	*poison = -1;
 	err[0] = '\0';
 	clear_last_error();
@@ -1474,36 +1595,38 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 		recs[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
 		recs[i].acked = false;
 	}
-	INSTR_TIME_SET_CURRENT(k->started);
+	memset(&slot->timing, 0, sizeof(slot->timing));
+	slot->timing.started = GetCurrentTimestamp();
+	INSTR_TIME_SET_CURRENT(slot->started);
+	slot->waiting = false;
 
-	dr_gen++;
-	dr_recs = recs;
-	dr_nrecs = (uint32) nrecs;
-	dr_position_err = RD_KAFKA_RESP_ERR_NO_ERROR;
-	dr_position_acked = false;
+	if (k->exactly_once &&
+		(status = begin_txn(k, p, err, errlen)) != ESRC_KAFKA_OK)
+		return status;
 
-	k->recs = recs;
-	k->nrecs = nrecs;
-	k->nprod = nrecs;
-	k->last = -1;
-	k->poison_err[0] = '\0';
-
+	slot->gen = ++dr_gen;
+	if (slot->gen == 0)
+		slot->gen = ++dr_gen;
+	slot->recs = recs;
+	slot->nrecs = nrecs;
+	slot->nprod = nrecs;
+	slot->last = -1;
+	slot->position_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+	slot->position_acked = false;
+	slot->poison_err[0] = '\0';
+	slot->in_flight = true;
+	slot->begun = false;
+	if (k->nflight == 0)
+		k->oldest = p;
+	k->nflight++;
 	if (k->exactly_once)
-	{
-		rd_kafka_error_t *error = rd_kafka_begin_transaction(k->rk);
-
-		if (error != NULL)
-		{
-			txn_error(error, "begin_transaction", err, errlen);
-			return ESRC_KAFKA_FATAL;
-		}
-	}
+		k->cur = (p + 1) % k->nrk;
 
 	for (i = 0; i < nrecs; i++)
 	{
 		if (!recs[i].skip)
 		{
-			e = produce_record(k, &recs[i], (uint32) i);
+			e = produce_record(k, p, &recs[i], (uint32) i);
 			if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 			{
 				recs[i].err = e;
@@ -1511,77 +1634,165 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 				{
 					record_error(&recs[i], "cannot queue", err, errlen);
 					if (k->exactly_once)
-						abort_txn(k, err, errlen);
+						abort_txn(k, p, err, errlen);
+					slot_done(k, p);
 					return ESRC_KAFKA_FATAL;
 				}
 				/* refused locally (too large): send what comes before it */
-				record_error(&recs[i], "cannot send", k->poison_err, sizeof(k->poison_err));
-				strlcpy(err, k->poison_err, errlen);
+				record_error(&recs[i], "cannot send", slot->poison_err, sizeof(slot->poison_err));
+				strlcpy(err, slot->poison_err, errlen);
 				*poison = i;
-				k->nprod = i;
+				slot->nprod = i;
 				break;
 			}
 		}
-		k->last = i;
+		slot->last = i;
 	}
 
 	if (k->exactly_once)
 	{
-		if (k->last < 0)
+		if (slot->last < 0)
 		{
 			/* nothing to commit: the first record is the poison */
-			EsrcKafkaStatus status = abort_txn(k, err, errlen);
-
-			drain(k, COMMIT_BUDGET_MS);
-			strlcpy(err, k->poison_err, errlen);
+			status = abort_txn(k, p, err, errlen);
+			slot_done(k, p);
+			strlcpy(err, slot->poison_err, errlen);
 			return status == ESRC_KAFKA_OK ? ESRC_KAFKA_POISON : status;
 		}
-		e = produce_position(k, recs[k->last].position);
+		e = produce_position(k, p, recs[slot->last].position);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
 			snprintf(err, errlen, "cannot queue the position record: %s", rd_kafka_err2str(e));
-			abort_txn(k, err, errlen);
+			abort_txn(k, p, err, errlen);
+			slot_done(k, p);
 			return ESRC_KAFKA_FATAL;
 		}
 	}
-	esrc_kafka_produce_ms += (double) elapsed_ms(k->started);
-	k->in_flight = true;
+	esrc_kafka_produce_ms += (double) elapsed_ms(slot->started);
+	slot->timing.queued = GetCurrentTimestamp();
+
+	/*
+	 * Begin the other producer's next transaction now, while these
+	 * records are on their way, rather than on the next batch's path.  A
+	 * failure shows again when that batch begins it.
+	 */
+	if (k->exactly_once && !k->slots[k->cur].in_flight && !k->slots[k->cur].begun)
+	{
+		char		begin_err[256];
+
+		begin_err[0] = '\0';
+		(void) begin_txn(k, k->cur, begin_err, sizeof(begin_err));
+	}
 	return *poison >= 0 ? ESRC_KAFKA_POISON : ESRC_KAFKA_OK;
 }
 
+/* Is a batch in flight (esrc_kafka_finish() to be called)? */
 bool
 esrc_kafka_in_flight(EsrcKafka *k)
 {
-	return k != NULL && k->in_flight;
+	return k != NULL && k->nflight > 0;
 }
 
-/* Exactly once: commit the transaction of the batch in flight. */
-static EsrcKafkaStatus
-finish_transactional(EsrcKafka *k, int *ndone, int *poison,
-					 char *err, size_t errlen)
+/* How many batches are in flight: 0, 1 or 2. */
+int
+esrc_kafka_batches_in_flight(EsrcKafka *k)
 {
-	EsrcKafkaRecord *recs = k->recs;
+	return k == NULL ? 0 : k->nflight;
+}
+
+/*
+ * Exactly once, one batch in flight: wait until Kafka has acknowledged
+ * every record of it and its position record, serving delivery reports.
+ * true when all were acknowledged: esrc_kafka_start() may then send the
+ * next batch.  false when a report says a record failed, or when the
+ * time budget of the batch's commit is spent (esrc_kafka_finish() sorts
+ * that out).  May ereport(FATAL) on SIGTERM.
+ */
+bool
+esrc_kafka_wait_acked(EsrcKafka *k)
+{
+	int			p;
+	TxnSlot    *slot;
+	int			i;
+
+	if (!k->exactly_once || k->nflight != 1)
+		return false;
+	p = k->oldest;
+	slot = &k->slots[p];
+	if (!slot->waiting)
+	{
+		INSTR_TIME_SET_CURRENT(slot->wait_start);
+		slot->waiting = true;
+	}
+	if (!drain_from(k->rks[p], slot->wait_start, COMMIT_BUDGET_MS))
+		return false;
+	if (slot->timing.acked == 0)
+		slot->timing.acked = GetCurrentTimestamp();
+	if (slot->nprod < slot->nrecs || !slot->position_acked)
+		return false;
+	for (i = 0; i < slot->nprod; i++)
+		if (!slot->recs[i].skip && !slot->recs[i].acked)
+			return false;
+	return true;
+}
+
+/*
+ * Exactly once: abort the transaction of the newest batch in flight, the
+ * one esrc_kafka_start() sent after the batch still to be committed.  Its
+ * records never become visible to read_committed consumers.  OK or FATAL
+ * (then the caller drops the connection).
+ */
+EsrcKafkaStatus
+esrc_kafka_abort_newest(EsrcKafka *k, char *err, size_t errlen)
+{
+	int			p = newest_slot(k);
+	EsrcKafkaStatus status;
+
+	Assert(k->exactly_once);
+	status = abort_txn(k, p, err, errlen);
+	slot_done(k, p);
+	/* the slot before is still the oldest; the next batch takes p again */
+	k->oldest = (p + k->nrk - k->nflight) % k->nrk;
+	k->cur = p;
+	return status;
+}
+
+/* Exactly once: commit the transaction of the oldest batch in flight. */
+static EsrcKafkaStatus
+finish_transactional(EsrcKafka *k, TxnSlot *slot, int p, int *ndone,
+					 int *poison, char *err, size_t errlen)
+{
+	EsrcKafkaRecord *recs = slot->recs;
+	rd_kafka_t *rk = k->rks[p];
 	rd_kafka_error_t *error;
 	EsrcKafkaStatus status;
 	instr_time	start;
 
-	INSTR_TIME_SET_CURRENT(start);
+	if (slot->waiting)
+		start = slot->wait_start;
+	else
+		INSTR_TIME_SET_CURRENT(start);
+
+	/*
+	 * First every delivery report, within the same budget as the commit:
+	 * commit_transaction() would wait for them too (it flushes), but this
+	 * way we know when Kafka had the records.
+	 */
+	if (drain_from(rk, start, COMMIT_BUDGET_MS) && slot->timing.acked == 0)
+		slot->timing.acked = GetCurrentTimestamp();
 	for (;;)
 	{
-		error = rd_kafka_commit_transaction(k->rk, SLICE_MS);
+		error = rd_kafka_commit_transaction(rk, SLICE_MS);
 		if (error == NULL)
 		{
-			*ndone = k->last + 1;
-			if (!drain(k, COMMIT_BUDGET_MS))
+			slot->timing.committed = GetCurrentTimestamp();
+			*ndone = slot->last + 1;
+			if (!drain(rk, COMMIT_BUDGET_MS))
 				return ESRC_KAFKA_FATAL;
-			/* the next transaction is the other producer's */
-			k->cur = (k->cur + 1) % k->nrk;
-			k->rk = k->rks[k->cur];
-			k->offsets_rkt = k->offsets_rkts[k->cur];
-			if (k->nprod < k->nrecs)
+			if (slot->nprod < slot->nrecs)
 			{
-				strlcpy(err, k->poison_err, errlen);
-				*poison = k->nprod;
+				strlcpy(err, slot->poison_err, errlen);
+				*poison = slot->nprod;
 				return ESRC_KAFKA_POISON;
 			}
 			return ESRC_KAFKA_OK;
@@ -1599,20 +1810,18 @@ finish_transactional(EsrcKafka *k, int *ndone, int *poison,
 			case TXN_ABORTABLE:
 				{
 					char		txn_err[256];
-					int			p;
+					int			i;
 
 					strlcpy(txn_err, err, sizeof(txn_err));
-					status = abort_txn(k, err, errlen);
+					status = abort_txn(k, p, err, errlen);
 					if (status != ESRC_KAFKA_OK)
 						return status;
-					if (!drain(k, COMMIT_BUDGET_MS))
-						return ESRC_KAFKA_FATAL;
 					/* the broker refused a record: that one is the poison */
-					p = first_poison(recs, k->nprod);
-					if (p >= 0)
+					i = first_poison(recs, slot->nprod);
+					if (i >= 0)
 					{
-						record_error(&recs[p], "Kafka refused", err, errlen);
-						*poison = p;
+						record_error(&recs[i], "Kafka refused", err, errlen);
+						*poison = i;
 						*ndone = 0;
 						return ESRC_KAFKA_POISON;
 					}
@@ -1630,28 +1839,29 @@ finish_transactional(EsrcKafka *k, int *ndone, int *poison,
  * without a gap from the start count as done.
  */
 static EsrcKafkaStatus
-finish_idempotent(EsrcKafka *k, int *ndone, int *poison,
-				  char *err, size_t errlen)
+finish_idempotent(EsrcKafka *k, TxnSlot *slot, int p, int *ndone,
+				  int *poison, char *err, size_t errlen)
 {
-	EsrcKafkaRecord *recs = k->recs;
+	EsrcKafkaRecord *recs = slot->recs;
 	int			i;
 
 	/* message.timeout.ms bounds this; allow for its default of 300 s */
-	if (!drain(k, 330 * 1000))
+	if (!drain(k->rks[p], 330 * 1000))
 	{
 		snprintf(err, errlen, "delivery reports did not arrive in time");
 		return ESRC_KAFKA_FATAL;
 	}
+	slot->timing.acked = slot->timing.committed = GetCurrentTimestamp();
 
-	for (i = 0; i < k->nprod; i++)
+	for (i = 0; i < slot->nprod; i++)
 		if (!recs[i].skip && !recs[i].acked)
 			break;
 	*ndone = i;
-	if (i == k->nrecs)
+	if (i == slot->nrecs)
 		return ESRC_KAFKA_OK;
-	if (i == k->nprod && k->nprod < k->nrecs)
+	if (i == slot->nprod && slot->nprod < slot->nrecs)
 	{
-		strlcpy(err, k->poison_err, errlen);
+		strlcpy(err, slot->poison_err, errlen);
 		*poison = i;
 		return ESRC_KAFKA_POISON;
 	}
@@ -1662,40 +1872,69 @@ finish_idempotent(EsrcKafka *k, int *ndone, int *poison,
 		return ESRC_KAFKA_POISON;
 	}
 	record_error(&recs[i], "cannot deliver", err, errlen);
-	if (rd_kafka_fatal_error(k->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (rd_kafka_fatal_error(k->rks[p], NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		return ESRC_KAFKA_FATAL;
 	return ESRC_KAFKA_RETRY;
 }
 
 /*
- * Wait for the batch of esrc_kafka_start(): commit its transaction
- * (exactly once) or collect its delivery reports (at least once).
- * Returns OK when all records are done.  Otherwise *ndone records from the
- * start are done (exactly once: committed together with the position of
- * the last of them), and with POISON, recs[*poison] (>= *ndone) is the
- * record that cannot be delivered.  err says what went wrong.  May
- * ereport(FATAL) on SIGTERM.
+ * Finish the oldest batch in flight: commit its transaction (exactly
+ * once) or collect its delivery reports (at least once).  Returns OK when
+ * all its records are done.  Otherwise *ndone records from the start are
+ * done (exactly once: committed together with the position of the last of
+ * them), and with POISON, recs[*poison] (>= *ndone) is the record that
+ * cannot be delivered.  err says what went wrong.
+ *
+ * When the result is not OK and a newer batch is in flight, that batch's
+ * transaction is aborted here (rule 3 above): esrc_kafka_in_flight() is
+ * then false, and the caller must send it again later.  If even the abort
+ * fails, the result is FATAL.  May ereport(FATAL) on SIGTERM.
  */
 EsrcKafkaStatus
 esrc_kafka_finish(EsrcKafka *k, int *ndone, int *poison, char *err, size_t errlen)
 {
+	int			p = k->oldest;
+	TxnSlot    *slot = &k->slots[p];
 	EsrcKafkaStatus status;
 
-	Assert(k->in_flight);
+	Assert(k->nflight > 0 && slot->in_flight);
 	*ndone = 0;
 	*poison = -1;
 	err[0] = '\0';
 	if (k->exactly_once)
-		status = finish_transactional(k, ndone, poison, err, errlen);
+		status = finish_transactional(k, slot, p, ndone, poison, err, errlen);
 	else
-		status = finish_idempotent(k, ndone, poison, err, errlen);
-	k->in_flight = false;
+		status = finish_idempotent(k, slot, p, ndone, poison, err, errlen);
+	k->timing = slot->timing;
+	slot_done(k, p);
 
-	/* no later report may touch the records */
-	dr_gen++;
-	dr_recs = NULL;
-	dr_nrecs = 0;
-	esrc_kafka_commit_ms += (double) elapsed_ms(k->started);
+	if (status != ESRC_KAFKA_OK && k->nflight > 0)
+	{
+		/* never commit a batch after one that did not commit whole */
+		if (esrc_kafka_abort_newest(k, err, errlen) != ESRC_KAFKA_OK)
+			status = ESRC_KAFKA_FATAL;
+	}
+	else if (status == ESRC_KAFKA_OK && k->exactly_once && k->nflight > 0)
+	{
+		/*
+		 * The next transaction of this producer, ahead of time, while the
+		 * newer batch is on its way (with none, esrc_kafka_start() does
+		 * it after queueing the next batch).
+		 */
+		char		begin_err[256];
+
+		begin_err[0] = '\0';
+		if (begin_txn(k, p, begin_err, sizeof(begin_err)) != ESRC_KAFKA_OK)
+			ereport(DEBUG1,
+					(errmsg("esrc forwarder: %s", begin_err)));
+	}
 	esrc_kafka_emit_log();
 	return status;
+}
+
+/* When the last batch finished passed each step. */
+void
+esrc_kafka_timing(EsrcKafka *k, EsrcKafkaTiming *timing)
+{
+	*timing = k->timing;
 }

@@ -5,10 +5,14 @@
  *
  * kafka.c hides librdkafka behind a handle (EsrcKafka) that knows how to
  * connect, learn the last forwarded position, make sure topics exist and
- * deliver one batch of records, either in one Kafka transaction together
- * with the position record (exactly once) or with the idempotent producer
- * (at least once), in two steps (start, finish) so that the caller can
- * read the next batch while librdkafka sends this one.  Every call is bounded in time and checks for
+ * deliver batches of records, each either in one Kafka transaction
+ * together with the position record (exactly once) or with the idempotent
+ * producer (at least once), in two steps (start, finish) so that the
+ * caller can read the next batch while librdkafka sends this one.  In
+ * exactly-once mode a second batch may be started once every record of
+ * the first is acknowledged (esrc_kafka_wait_acked), so that it is sent
+ * while the first is committed; kafka.c's header comment has the rules
+ * that keep this exactly once.  Every call is bounded in time and checks for
  * interrupts while it waits, so it may ereport(FATAL) on SIGTERM; it
  * never raises an ERROR for a Kafka failure, it returns a status.
  *
@@ -16,6 +20,8 @@
  */
 #ifndef ESRC_KAFKA_H
 #define ESRC_KAFKA_H
+
+#include "datatype/timestamp.h"
 
 /* Outcome of an operation on the Kafka side. */
 typedef enum EsrcKafkaStatus
@@ -94,9 +100,28 @@ extern EsrcKafkaStatus esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs,
 										int nrecs, int *poison,
 										char *err, size_t errlen);
 extern bool esrc_kafka_in_flight(EsrcKafka *k);
+extern int	esrc_kafka_batches_in_flight(EsrcKafka *k);
+extern bool esrc_kafka_wait_acked(EsrcKafka *k);
+extern EsrcKafkaStatus esrc_kafka_abort_newest(EsrcKafka *k, char *err, size_t errlen);
 extern EsrcKafkaStatus esrc_kafka_finish(EsrcKafka *k, int *ndone, int *poison,
 										 char *err, size_t errlen);
 extern void esrc_kafka_emit_log(void);
+
+/*
+ * When the last batch finished passed each step (GetCurrentTimestamp() values), for
+ * esrc.forwarder_log_batches.  acked: every delivery report is in (exactly
+ * once: records and position record); committed: commit_transaction()
+ * returned (at least once: = acked).  0 = not reached.
+ */
+typedef struct EsrcKafkaTiming
+{
+	TimestampTz started;		/* esrc_kafka_start() called */
+	TimestampTz queued;			/* every record handed to librdkafka */
+	TimestampTz acked;
+	TimestampTz committed;
+} EsrcKafkaTiming;
+
+extern void esrc_kafka_timing(EsrcKafka *k, EsrcKafkaTiming *timing);
 
 /* milliseconds spent queueing records and in send as a whole (DEBUG1) */
 extern double esrc_kafka_produce_ms;

@@ -7,9 +7,16 @@
 #   3. kill -9 the broker and start it again on the same data;
 #   4. stop the broker for 30 s: appends go on (their throughput with the
 #      broker up and down is printed, not asserted), the status shows the
-#      error, and the worker catches up when the broker is back.
+#      error, and the worker catches up when the broker is back;
+#   5. terminate the worker four times under load, each time soon after it
+#      came back and while it catches up with batches of 20
+#      (esrc.kafka_batch_size): with such a backlog it keeps two Kafka
+#      transactions in flight, sending a batch while the one before is
+#      committed (see src/kafka.c).
 # Afterwards a read_committed consumer must see every committed event
-# exactly once, in order (test/forward/check.py).
+# exactly once, in order (test/forward/check.py).  The worker logs every
+# batch (esrc.forwarder_log_batches): the test also checks that batches
+# did overlap, so that the pipelined path was the one under test.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -21,6 +28,8 @@ status=0
 
 KAFKA_NUM_PARTITIONS=2 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"
+fwd_sql "ALTER SYSTEM SET esrc.forwarder_log_batches = on" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
 fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
 
@@ -124,6 +133,29 @@ pending=$(fwd_sql "SELECT events_pending FROM esrc.forwarder_status")
 t_back=$SECONDS
 fwd_wait_forwarded 120 || status=1
 log "   caught up with $pending pending events $((SECONDS - t_back)) s after the broker was back"
+
+log "5. terminate the worker four times under load (two transactions in flight)"
+fwd_sql "ALTER SYSTEM SET esrc.kafka_batch_size = 20" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+log_from=$(($(wc -l <"$dir/pg/server.log") + 1))
+load 30 600
+for i in 1 2 3 4; do
+    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.2 + r / 32768 }')"
+    wait_worker || status=1
+    old=$(worker_pid)
+    fwd_sql "SELECT pg_terminate_backend($old)" >/dev/null
+done
+finish_load
+wait_worker || status=1
+fwd_wait_forwarded 60 || status=1
+log "   $(fwd_status)"
+
+# consecutive batches of one worker process overlapped: the later one was
+# started before the earlier one's commit returned
+overlaps=$(tail -n +"$log_from" "$dir/pg/server.log" | sed -n 's/.*\[\([0-9]*\)\].*esrc forwarder: batch .* started_us=\([0-9]*\) .* committed_us=\([0-9]*\)$/\1 \2 \3/p' \
+    | awk '$1 == pid && $2 < committed { n++ } { pid = $1; committed = $3 } END { print n + 0 }')
+log "   $overlaps batches were sent while the batch before them was committed"
+expect "batches were pipelined (sent while the one before was committed)" test "$overlaps" -gt 0
 
 fwd_dump_events "$dir/events.jsonl"
 fwd_consume "$dir/records.jsonl"

@@ -16,7 +16,11 @@
  *       (recorded_at, taken inside esrc.append, so this includes the
  *       append's own commit); and, when the topic uses LogAppendTime,
  *       broker_ms = broker append time - ce_time (millisecond resolution).
- *       Prints percentiles after COUNT records or TIMEOUT_S seconds.
+ *       Prints percentiles after COUNT records or TIMEOUT_S seconds.  With
+ *       FWDBENCH_RECORDS=FILE, also writes one line per record to FILE:
+ *       "position received_us log_append_ms" (ce_esrcposition, when this
+ *       consumer had it in microseconds since the epoch, the broker's
+ *       LogAppendTime or -1), for run.sh to match with commit timestamps.
  *
  * Build: cc -O2 -o fwdbench bench/forward/fwdbench.c -lrdkafka
  */
@@ -254,6 +258,14 @@ latency(int argc, char **argv)
 	int			i;
 	char		group[64];
 
+	FILE	   *records = NULL;
+
+	if (getenv("FWDBENCH_RECORDS"))
+	{
+		records = fopen(getenv("FWDBENCH_RECORDS"), "w");
+		if (!records)
+			die("cannot write", getenv("FWDBENCH_RECORDS"));
+	}
 	snprintf(group, sizeof(group), "fwdbench-%ld", (long) getpid());
 	set(conf, "bootstrap.servers", broker);
 	set(conf, "group.id", group);
@@ -315,11 +327,23 @@ latency(int argc, char **argv)
 				if (tt == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME)
 					broker_ms[nb++] = ts * 1000 - ce;
 			}
+			if (records &&
+				rd_kafka_header_get_last(h, "ce_esrcposition", &v, &vs) == 0 && vs < 24)
+			{
+				char		pos[24];
+
+				memcpy(pos, v, vs);
+				pos[vs] = '\0';
+				fprintf(records, "%s %" PRId64 " %" PRId64 "\n", pos, t,
+						tt == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? (int64_t) ts : (int64_t) -1);
+			}
 		}
 		rd_kafka_message_destroy(m);
 	}
 	print_pct("latency_commit_to_consumer", visible, nv, 1000.0, "ms");
 	print_pct("latency_commit_to_broker_append", broker_ms, nb, 1000.0, "ms");
+	if (records)
+		fclose(records);
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);
 	return 0;

@@ -9,13 +9,28 @@
 #      and the same in transactions of esrc.kafka_batch_size records;
 #   2. latency: $BENCH_RATE appends/s (default 1000, one event per
 #      transaction, 4 sessions) for $BENCH_SECONDS s, read by a
-#      read_committed consumer; percentiles of commit-to-consumer (ce_time,
-#      taken in esrc.append, to the moment the consumer has the record:
-#      includes the append's commit and the consumer's fetch) and
-#      commit-to-broker-append (the topic's LogAppendTime, 1 ms resolution),
-#      for exactly_once and at_least_once.
+#      read_committed consumer, for exactly_once and at_least_once.  Every
+#      event's latency starts at its PostgreSQL commit
+#      (track_commit_timestamp = on, pg_xact_commit_timestamp(xmin));
+#      percentiles over the events of
+#        (a) commit_to_kafka_ack: until the worker had Kafka's answer for
+#            the batch holding the event: commit_transaction() returned
+#            (exactly_once) or every delivery report was in
+#            (at_least_once); from the esrc.forwarder_log_batches lines;
+#        (b) commit_to_broker_append: until the broker appended the record
+#            (the topic's LogAppendTime, 1 ms resolution);
+#        (c) commit_to_consumer: until the read_committed consumer had it
+#            (exactly_once: after the transaction markers, plus the fetch);
+#      and per batch where the time went: wake-up to the end of the
+#      PostgreSQL read, read to records queued, queued to every delivery
+#      report, delivery reports to commit acknowledged.  The older figures,
+#      measured from ce_time (taken inside esrc.append, before its
+#      commit), are printed as ce_time_*.
 #
 # Usage: bash bench/forward/run.sh        (as root or a sudoer, like test/all.sh)
+#        BENCH_THROUGHPUT=0: the latency part only; BENCH_LATENCY=0: the
+#        throughput part only.  Run it under flock -o /tmp/esrc-bench.lock
+#        (-o: the servers it starts must not inherit the lock).
 # Prints "name value" lines; nothing is asserted.
 set -euo pipefail
 ESRC_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,13 +42,16 @@ fwd_under_reaper "$@"
 EVENTS=${BENCH_EVENTS:-1000000}
 RATE=${BENCH_RATE:-1000}
 SECS=${BENCH_SECONDS:-20}
+THROUGHPUT=${BENCH_THROUGHPUT:-1}
+LATENCY=${BENCH_LATENCY:-1}
 
 dir=$(test_tmpdir fwd-bench)
 trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 cc -O2 -o "$dir/fwdbench" "$ESRC_ROOT/bench/forward/fwdbench.c" -lrdkafka
 
 KAFKA_EXTRA_PROPS="log.message.timestamp.type=LogAppendTime" fwd_start_kafka "$dir/kafka"
-fwd_start_pg "$dir/pg" "shared_buffers = 512MB" "max_wal_size = 4GB"
+fwd_start_pg "$dir/pg" "shared_buffers = 512MB" "max_wal_size = 4GB" "track_commit_timestamp = on"
+echo "postgres $("$PG_BINDIR/postgres" --version | cut -d' ' -f3) from $PG_BINDIR, esrc.so from $("$PG_BINDIR/pg_config" --pkglibdir)"
 fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
 batch=$(fwd_sql "SHOW esrc.kafka_batch_size")
@@ -41,6 +59,7 @@ echo "machine $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GB; kafka $KA
 echo "esrc.kafka_batch_size $batch"
 
 # --- 1. throughput -------------------------------------------------------
+if [ "$THROUGHPUT" = 1 ]; then
 log "filling the log with $EVENTS events (forwarder paused)"
 fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
 rounds=$((EVENTS / 10000))
@@ -77,21 +96,63 @@ rawtx=$("$dir/fwdbench" raw "$FWD_BROKER" raw.transactional "$((last - start))" 
     sed -n 's/^raw_events_per_s //p')
 echo "raw_transactional_events_per_s $rawtx   (transactions of $batch records)"
 echo "forwarder_vs_raw $(awk -v f="$fwd_rate" -v r="$raw" 'BEGIN { printf "%.2f", f / r }')"
+fi
 
 # --- 2. latency -----------------------------------------------------------
+[ "$LATENCY" = 1 ] || exit 0
 echo "SELECT esrc.append('lat-' || (random() * 100)::int, 'Tick', '{\"x\": 1}');" >"$dir/lat.sql"
 fwd_sql "SELECT esrc.append('lat-0', 'Tick', '{}')" >/dev/null
 fwd_wait_forwarded 60
+fwd_sql "ALTER SYSTEM SET esrc.forwarder_log_batches = on" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+
+# pct NAME EXPR FROM: a query printing "NAME n= p50= p90= p99= max=" of
+# EXPR (microseconds) over the rows of FROM
+pct() {
+    echo "SELECT format('%s n=%s p50=%sms p90=%sms p99=%sms max=%sms', '$1', count(*),
+              round(percentile_disc(0.5) WITHIN GROUP (ORDER BY $2) / 1000.0, 2),
+              round(percentile_disc(0.9) WITHIN GROUP (ORDER BY $2) / 1000.0, 2),
+              round(percentile_disc(0.99) WITHIN GROUP (ORDER BY $2) / 1000.0, 2),
+              round(max($2) / 1000.0, 2)) FROM $3;"
+}
+
+batch_re='.*esrc forwarder: batch first=\([0-9]*\) last=\([0-9]*\) events=\([0-9]*\) woke_us=\([0-9]*\) read_us=\([0-9]*\) started_us=[0-9]* queued_us=\([0-9]*\) acked_us=\([0-9]*\) committed_us=\([0-9]*\).*'
+
 latency() { # MODE
-    local n=$((RATE * SECS)) out="$dir/lat.$1.out"
-    "$dir/fwdbench" latency "$FWD_BROKER" "$n" $((SECS + 15)) esrc.lat >"$out" 2>"$dir/lat.$1.err" &
-    local c=$!
+    local n=$((RATE * SECS)) out="$dir/lat.$1.out" lo hi c
+    lo=$(fwd_sql "SELECT coalesce(max(position), 0) FROM esrc.events")
+    FWDBENCH_RECORDS="$dir/rec.$1" "$dir/fwdbench" latency "$FWD_BROKER" "$n" $((SECS + 15)) esrc.lat \
+        >"$out" 2>"$dir/lat.$1.err" &
+    c=$!
     until grep -q ready "$out" 2>/dev/null; do sleep 0.2; done
     pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \
         -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.$1.log" 2>&1
     wait $c || true
+    fwd_wait_forwarded 60
+    hi=$(fwd_sql "SELECT max(position) FROM esrc.events")
     echo "$1 appends: $(grep -E '^tps' "$dir/pgbench.$1.log" | cut -d' ' -f1-3), $(grep -E '^latency average' "$dir/pgbench.$1.log")"
-    sed -n "s/^latency_/$1 latency_/p" "$out"
+    sed -n "s/$batch_re/\1,\2,\3,\4,\5,\6,\7,\8/p" "$FWD_PGDIR/server.log" >"$dir/batches.$1"
+    psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAt -v ON_ERROR_STOP=1 <<EOF | sed "s/^/$1 /"
+CREATE TEMP TABLE b (first bigint, last bigint, events int, woke bigint, read bigint,
+                     queued bigint, acked bigint, committed bigint);
+\copy b FROM '$dir/batches.$1' WITH (FORMAT csv)
+DELETE FROM b WHERE first <= $lo OR last > $hi;
+CREATE TEMP TABLE r (position bigint, received bigint, appended bigint);
+\copy r FROM '$dir/rec.$1' WITH (DELIMITER ' ')
+CREATE TEMP TABLE ev AS
+  SELECT position, (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::bigint AS commit_us
+  FROM esrc.events WHERE position > $lo AND position <= $hi;
+$(pct commit_to_kafka_ack "b.committed - ev.commit_us" "ev JOIN b ON ev.position BETWEEN b.first AND b.last")
+$(pct commit_to_broker_append "r.appended * 1000 - ev.commit_us" "ev JOIN r USING (position) WHERE r.appended >= 0")
+$(pct commit_to_consumer "r.received - ev.commit_us" "ev JOIN r USING (position)")
+$(pct commit_to_worker_wake "b.woke - ev.commit_us" "ev JOIN b ON ev.position BETWEEN b.first AND b.last")
+SELECT format('batches n=%s events_per_batch=%s', count(*), round(avg(events), 1)) FROM b;
+$(pct batch_wake_to_read_done "read - woke" b)
+$(pct batch_read_to_queued "queued - read" b)
+$(pct batch_queued_to_acked "acked - queued" b)
+$(pct batch_acked_to_committed "committed - acked" b)
+EOF
+    sed -n "s/^latency_\(.*\)/$1 ce_time_\1/p" "$out"
 }
 latency exactly_once
 fwd_sql "ALTER SYSTEM SET esrc.delivery = at_least_once" >/dev/null
