@@ -235,6 +235,39 @@ find_unique_index(ResultRelInfo *rri, AttrNumber att1, AttrNumber att2,
 }
 
 /*
+ * An executor state for writing rel (locked RowExclusiveLock by the
+ * caller) with ExecSimpleRelationInsert/Update, as logical replication's
+ * apply sets one up: one range table entry, one result relation, its
+ * indexes open.  *rri is the result relation.  snapshot.c writes snapshot
+ * rows with it too.  Free it with esrc_free_write_estate().
+ */
+EState *
+esrc_make_write_estate(Relation rel, ResultRelInfo **rri)
+{
+	EState	   *estate = CreateExecutorState();
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = RELKIND_RELATION;
+	rte->rellockmode = RowExclusiveLock;
+	ExecInitRangeTable(estate, list_make1(rte));
+	*rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(*rri, rel, 1, NULL, 0);
+	estate->es_opened_result_relations = list_make1(*rri);
+	ExecOpenIndices(*rri, false);
+	return estate;
+}
+
+void
+esrc_free_write_estate(EState *estate, ResultRelInfo *rri)
+{
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+}
+
+/*
  * Open the log for one append: an executor state just for the inserts, as
  * logical replication's apply has, so that constraints, every index and
  * the row triggers of esrc.events (snapshot.c) are handled as by an
@@ -245,11 +278,9 @@ find_unique_index(ResultRelInfo *rri, AttrNumber att1, AttrNumber att2,
 static void
 open_log(EventLog *log)
 {
-	Oid			relid = esrc_relation_oid("events");
-	RangeTblEntry *rte;
 	TupleDesc	desc;
 
-	log->rel = table_open(relid, RowExclusiveLock);
+	log->rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
 	desc = RelationGetDescr(log->rel);
 	if (desc->natts != Natts_events ||
 		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID ||
@@ -258,17 +289,7 @@ open_log(EventLog *log)
 		TupleDescAttr(desc, Anum_events_id - 1)->atttypid != UUIDOID)
 		elog(ERROR, "esrc.events has an unexpected row type");
 
-	log->estate = CreateExecutorState();
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = relid;
-	rte->relkind = RELKIND_RELATION;
-	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(log->estate, list_make1(rte));
-	log->rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(log->rri, log->rel, 1, NULL, 0);
-	log->estate->es_opened_result_relations = list_make1(log->rri);
-	ExecOpenIndices(log->rri, false);
+	log->estate = esrc_make_write_estate(log->rel, &log->rri);
 	log->slot = ExecInitExtraTupleSlot(log->estate, desc, &TTSOpsVirtual);
 	log->scanslot = ExecInitExtraTupleSlot(log->estate, desc,
 										   table_slot_callbacks(log->rel));
@@ -281,9 +302,7 @@ open_log(EventLog *log)
 static void
 close_log(EventLog *log)
 {
-	ExecCloseIndices(log->rri);
-	ExecResetTupleTable(log->estate->es_tupleTable, false);
-	FreeExecutorState(log->estate);
+	esrc_free_write_estate(log->estate, log->rri);
 	table_close(log->rel, NoLock);
 }
 

@@ -113,6 +113,15 @@ extern int64 esrc_sequence_last_value(Oid seqoid);
 struct LOCKTAG;
 extern void esrc_name_locktag(struct LOCKTAG *tag, const char *name, uint16 space);
 
+/* append.c: an executor state for ExecSimpleRelationInsert/Update */
+struct EState;
+struct ResultRelInfo;
+struct RelationData;
+extern struct EState *esrc_make_write_estate(struct RelationData *rel,
+											 struct ResultRelInfo **rri);
+extern void esrc_free_write_estate(struct EState *estate,
+								   struct ResultRelInfo *rri);
+
 /* append.c: input checks shared with read.c */
 extern char *esrc_check_name(text *value, const char *what, int maxlen);
 extern char *esrc_stream_category(const char *stream);

@@ -1115,7 +1115,6 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 	Datum		state;
 	Datum		newstate;
 	EState	   *estate;
-	RangeTblEntry *rte;
 	ResultRelInfo *rri;
 	int			i;
 
@@ -1137,20 +1136,10 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 	newstate = call_reducer(def, state, event);
 
 	/* an executor state just for the write, as the replication apply has */
-	estate = CreateExecutorState();
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = def->relid;
-	rte->relkind = RELKIND_RELATION;
-	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(estate, list_make1(rte));
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	estate->es_opened_result_relations = list_make1(rri);
+	estate = esrc_make_write_estate(rel, &rri);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	estate->es_snapshot = snap;
 	AfterTriggerBeginQuery();
-	ExecOpenIndices(rri, false);
 
 	newslot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
 	ExecClearTuple(newslot);
@@ -1175,10 +1164,8 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 	else
 		ExecSimpleRelationInsert(rri, estate, newslot);
 
-	ExecCloseIndices(rri);
 	AfterTriggerEndQuery(estate);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
+	esrc_free_write_estate(estate, rri);
 	ExecDropSingleTupleTableSlot(oldslot);
 	index_close(idx, NoLock);
 	table_close(rel, NoLock);
