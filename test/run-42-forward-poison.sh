@@ -5,8 +5,9 @@
 #      to 100000 on the test broker): blocked; the operator raises the
 #      topic's max.message.bytes and forwarding resumes by itself;
 #   2. an event larger than the producer's message.max.bytes (refused by
-#      librdkafka before anything is sent): blocked; the operator skips it
-#      with esrc.forwarder_skip();
+#      librdkafka before anything is sent), in one batch after another
+#      event: that one goes out once, the big one blocks; the operator
+#      skips it with esrc.forwarder_skip();
 #   3. an event whose topic cannot exist (its category makes an invalid
 #      topic name): blocked; skipped.
 # Afterwards the consumer sees everything but the skipped events, in order.
@@ -74,11 +75,15 @@ expect "the status no longer shows a blocked position" \
     test "$(fwd_sql "SELECT coalesce(blocked_position::text, 'none') FROM esrc.forwarder_status")" = none
 
 log "2. an event larger than the producer's message.max.bytes"
-fwd_sql "SELECT esrc.append('big-1', 'Huge', jsonb_build_object('pad', repeat('y', 1040000)))" >/dev/null
+# committed together with an event before it, so that both are in one
+# batch: pre-1 goes out (once), big-1 blocks
+fwd_sql "SELECT esrc.append('pre-1', 'Before', '{}');
+         SELECT esrc.append('big-1', 'Huge', jsonb_build_object('pad', repeat('y', 1040000)))" >/dev/null
 p2=$(fwd_sql "SELECT max(position) FROM esrc.events")
 fwd_sql "SELECT esrc.append('other-1', 'After', '{}')" >/dev/null
 wait_state blocked 60 || status=1
 expect "blocked on the huge event" blocked_on "$p2" big-1 "too large"
+expect "the event before it in the same batch went out, once" in_kafka pre-1 0
 expect "forwarder_skip refuses an event that was already forwarded" \
     eval "! fwd_sql 'SELECT esrc.forwarder_skip($p1)' 2>'$dir/skip.err'"
 grep -q "already been forwarded" "$dir/skip.err" || { log "FAIL - wrong message: $(cat "$dir/skip.err")"; status=1; }

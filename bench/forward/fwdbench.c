@@ -22,16 +22,25 @@
  *       consumer had it in microseconds since the epoch, the broker's
  *       LogAppendTime or -1), for run.sh to match with commit timestamps.
  *
- * Build: cc -O2 -o fwdbench bench/forward/fwdbench.c -lrdkafka
+ *   fwdbench txnfloor BROKER TOPIC OFFSETS_TOPIC RATE SECONDS
+ *       The same-run baseline for the exactly_once latency: a sequential
+ *       exactly-once forwarder with no database behind it (see txnfloor()).
+ *       Prints "floor_commit_to_kafka_ack n= p50= p90= p99= max=".
+ *
+ * Build: cc -O2 -o fwdbench bench/forward/fwdbench.c -lrdkafka -lm
  */
 #include <librdkafka/rdkafka.h>
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#define Max64(a, b) ((a) > (b) ? (a) : (b))
+#define unused_arg __attribute__((unused))
 
 static void
 die(const char *msg, const char *detail)
@@ -62,12 +71,48 @@ static long delivered = 0;
 static long failed = 0;
 
 static void
-dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+dr_cb(rd_kafka_t *rk unused_arg, const rd_kafka_message_t *m, void *opaque unused_arg)
 {
 	if (m->err)
 		failed++;
 	else
 		delivered++;
+}
+
+/*
+ * One record shaped like the forwarder's: key = stream, a JSON value, the
+ * CloudEvents headers and esrc's extension headers.  Waits while the
+ * local queue is full.
+ */
+static void
+produce_shaped(rd_kafka_t *rk, const char *topic, const char *key,
+			   const char *value, const char *ver, const char *pos)
+{
+	rd_kafka_resp_err_t e;
+
+	do
+	{
+		e = rd_kafka_producev(rk,
+							  RD_KAFKA_V_TOPIC(topic),
+							  RD_KAFKA_V_KEY(key, strlen(key)),
+							  RD_KAFKA_V_VALUE((void *) value, strlen(value)),
+							  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+							  RD_KAFKA_V_HEADER("ce_specversion", "1.0", -1),
+							  RD_KAFKA_V_HEADER("ce_id", "6a0c2a8e-55d4-4a4f-9d47-6a8f0c6a1e01", -1),
+							  RD_KAFKA_V_HEADER("ce_source", "/esrc/bench", -1),
+							  RD_KAFKA_V_HEADER("ce_type", "Tick", -1),
+							  RD_KAFKA_V_HEADER("ce_subject", key, -1),
+							  RD_KAFKA_V_HEADER("ce_time", "2024-01-01T00:00:00.000000Z", -1),
+							  RD_KAFKA_V_HEADER("content-type", "application/json", -1),
+							  RD_KAFKA_V_HEADER("ce_esrcstream", key, -1),
+							  RD_KAFKA_V_HEADER("ce_esrcversion", ver, -1),
+							  RD_KAFKA_V_HEADER("ce_esrcposition", pos, -1),
+							  RD_KAFKA_V_END);
+		if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			rd_kafka_poll(rk, 10);
+		else if (e)
+			die("producev", rd_kafka_err2str(e));
+	} while (e);
 }
 
 static int
@@ -140,7 +185,6 @@ raw(int argc, char **argv)
 		char		key[32];
 		char		pos[24];
 		char		ver[24];
-		rd_kafka_resp_err_t e;
 
 		if (txn_batch > 0 && i % txn_batch == 0)
 		{
@@ -154,29 +198,7 @@ raw(int argc, char **argv)
 		snprintf(key, sizeof(key), "bench-%ld", i % 1000);
 		snprintf(pos, sizeof(pos), "%ld", i + 1);
 		snprintf(ver, sizeof(ver), "%ld", i / 1000);
-		do
-		{
-			e = rd_kafka_producev(rk,
-								  RD_KAFKA_V_TOPIC(topic),
-								  RD_KAFKA_V_KEY(key, strlen(key)),
-								  RD_KAFKA_V_VALUE(value, strlen(value)),
-								  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-								  RD_KAFKA_V_HEADER("ce_specversion", "1.0", -1),
-								  RD_KAFKA_V_HEADER("ce_id", "6a0c2a8e-55d4-4a4f-9d47-6a8f0c6a1e01", -1),
-								  RD_KAFKA_V_HEADER("ce_source", "/esrc/bench", -1),
-								  RD_KAFKA_V_HEADER("ce_type", "Tick", -1),
-								  RD_KAFKA_V_HEADER("ce_subject", key, -1),
-								  RD_KAFKA_V_HEADER("ce_time", "2024-01-01T00:00:00.000000Z", -1),
-								  RD_KAFKA_V_HEADER("content-type", "application/json", -1),
-								  RD_KAFKA_V_HEADER("ce_esrcstream", key, -1),
-								  RD_KAFKA_V_HEADER("ce_esrcversion", ver, -1),
-								  RD_KAFKA_V_HEADER("ce_esrcposition", pos, -1),
-								  RD_KAFKA_V_END);
-			if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-				rd_kafka_poll(rk, 10);
-			else if (e)
-				die("producev", rd_kafka_err2str(e));
-		} while (e);
+		produce_shaped(rk, topic, key, value, ver, pos);
 		rd_kafka_poll(rk, 0);
 	}
 	if (txn_batch > 0)
@@ -349,6 +371,187 @@ latency(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * txnfloor: what a sequential exactly-once forwarder with no database
+ * behind it achieves.  Events "commit" at RATE per second (exponential
+ * gaps, as pgbench -R); the loop takes every event due so far into one
+ * Kafka transaction (records shaped like the forwarder's, plus a position
+ * record to a compacted topic), waits for every delivery report and
+ * commits; two transactional producers take turns, and the next one's
+ * transaction is begun while this one's records are on their way, as the
+ * forwarder does.  An event's latency is from its due time to commit_transaction()
+ * returning.  The first 2 s are warm-up and not counted.
+ */
+static int	floor_outstanding[2];
+
+static void
+floor_dr_cb(rd_kafka_t *rk unused_arg, const rd_kafka_message_t *m, void *opaque)
+{
+	if (m->err)
+		die("delivery failed", rd_kafka_err2str(m->err));
+	(*(int *) opaque)--;
+}
+
+static void
+create_topic(rd_kafka_t *rk, const char *name, int compacted)
+{
+	rd_kafka_NewTopic_t *nt;
+	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+	rd_kafka_event_t *ev;
+	const rd_kafka_CreateTopics_result_t *res;
+	const rd_kafka_topic_result_t **tr;
+	size_t		n;
+	char		err[512];
+
+	nt = rd_kafka_NewTopic_new(name, 1, -1, err, sizeof(err));
+	if (!nt)
+		die("NewTopic", err);
+	if (compacted)
+		rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
+	rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+	ev = rd_kafka_queue_poll(q, 30000);
+	if (!ev)
+		die("CreateTopics", "timed out");
+	res = rd_kafka_event_CreateTopics_result(ev);
+	tr = rd_kafka_CreateTopics_result_topics(res, &n);
+	if (n != 1 || (rd_kafka_topic_result_error(tr[0]) &&
+				   rd_kafka_topic_result_error(tr[0]) != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS))
+		die("CreateTopics", n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : name);
+	rd_kafka_event_destroy(ev);
+	rd_kafka_NewTopic_destroy(nt);
+	rd_kafka_queue_destroy(q);
+}
+
+static int
+txnfloor(int argc unused_arg, char **argv)
+{
+	const char *broker = argv[2];
+	const char *topic = argv[3];
+	const char *offsets_topic = argv[4];
+	double		rate = atof(argv[5]);
+	double		secs = atof(argv[6]);
+	long		n = (long) (rate * secs);
+	int64_t    *due = malloc(sizeof(int64_t) * n);
+	int64_t    *lat = malloc(sizeof(int64_t) * n);
+	int64_t    *acks = malloc(sizeof(int64_t) * n);
+	int64_t    *commits = malloc(sizeof(int64_t) * n);
+	long		nlat = 0;
+	long		next = 0;
+	long		batches = 0;
+	long		counted_batches = 0;
+	double		busy_us = 0;
+	rd_kafka_t *rks[2];
+	char		err[512];
+	int			p;
+	int64_t		t0,
+				warm;
+	double		gap = 0;
+	unsigned short seed[3] = {1, 2, 3};
+
+	for (p = 0; p < 2; p++)
+	{
+		rd_kafka_conf_t *conf = rd_kafka_conf_new();
+		char		id[64];
+		rd_kafka_error_t *e;
+
+		snprintf(id, sizeof(id), "fwdbench-floor-%ld-%d", (long) getpid(), p);
+		set(conf, "bootstrap.servers", broker);
+		set(conf, "transactional.id", id);
+		set(conf, "linger.ms", "1");
+		set(conf, "socket.nagle.disable", "true");
+		set(conf, "partitioner", "murmur2_random");
+		rd_kafka_conf_set_dr_msg_cb(conf, floor_dr_cb);
+		rd_kafka_conf_set_opaque(conf, &floor_outstanding[p]);
+		rks[p] = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+		if (!rks[p])
+			die("producer", err);
+		if ((e = rd_kafka_init_transactions(rks[p], 30000)))
+			die("init_transactions", rd_kafka_error_string(e));
+	}
+	create_topic(rks[0], topic, 0);
+	create_topic(rks[0], offsets_topic, 1);
+
+	t0 = now_us() + 100000;
+	warm = t0 + 2000000;
+	for (long i = 0; i < n; i++)
+	{
+		due[i] = t0 + (int64_t) gap;
+		gap += -log(1.0 - erand48(seed)) * 1e6 / rate;
+	}
+
+	p = 0;
+	while (next < n)
+	{
+		int64_t		t = now_us();
+		long		upto = next;
+		rd_kafka_t *rk = rks[p];
+		rd_kafka_error_t *e;
+		char		posval[64];
+		int64_t		done,
+					queued,
+					acked;
+
+		while (upto < n && due[upto] <= t)
+			upto++;
+		if (upto == next)
+		{
+			usleep((useconds_t) Max64(due[next] - t, 1));
+			continue;
+		}
+		if (batches == 0 && (e = rd_kafka_begin_transaction(rk)))
+			die("begin_transaction", rd_kafka_error_string(e));
+		floor_outstanding[p] = (int) (upto - next) + 1;
+		for (long i = next; i < upto; i++)
+		{
+			char		key[32];
+			char		pos[24];
+
+			snprintf(key, sizeof(key), "lat-%ld", i % 100);
+			snprintf(pos, sizeof(pos), "%ld", i + 1);
+			produce_shaped(rk, topic, key, "{\"x\": 1}", "0", pos);
+		}
+		snprintf(posval, sizeof(posval), "{\"position\": %ld}", upto);
+		if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(offsets_topic),
+							  RD_KAFKA_V_KEY("fwdbench", 8),
+							  RD_KAFKA_V_VALUE(posval, strlen(posval)),
+							  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+							  RD_KAFKA_V_END))
+			die("producev", "position record");
+		queued = now_us();
+		/* begin the other producer's next transaction now, as esrc does */
+		if ((e = rd_kafka_begin_transaction(rks[1 - p])))
+			die("begin_transaction", rd_kafka_error_string(e));
+		while (floor_outstanding[p] > 0)
+			rd_kafka_flush(rk, 200);
+		acked = now_us();
+		if ((e = rd_kafka_commit_transaction(rk, 30000)))
+			die("commit_transaction", rd_kafka_error_string(e));
+		done = now_us();
+		batches++;
+		if (due[next] >= warm)
+		{
+			acks[counted_batches] = acked - queued;
+			commits[counted_batches] = done - acked;
+			counted_batches++;
+			busy_us += done - t;
+		}
+		for (long i = next; i < upto; i++)
+			if (due[i] >= warm)
+				lat[nlat++] = done - due[i];
+		next = upto;
+		p = 1 - p;
+	}
+	print_pct("floor_commit_to_kafka_ack", lat, nlat, 1000.0, "ms");
+	print_pct("floor_batch_queued_to_acked", acks, counted_batches, 1000.0, "ms");
+	print_pct("floor_batch_acked_to_committed", commits, counted_batches, 1000.0, "ms");
+	printf("floor_batches n=%ld events_per_batch=%.1f busy_per_batch=%.2fms\n",
+		   counted_batches, counted_batches ? (double) nlat / counted_batches : 0.0,
+		   counted_batches ? busy_us / counted_batches / 1000.0 : 0.0);
+	for (p = 0; p < 2; p++)
+		rd_kafka_destroy(rks[p]);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -356,7 +559,10 @@ main(int argc, char **argv)
 		return raw(argc, argv);
 	if (argc >= 6 && strcmp(argv[1], "latency") == 0)
 		return latency(argc, argv);
+	if (argc >= 7 && strcmp(argv[1], "txnfloor") == 0)
+		return txnfloor(argc, argv);
 	fprintf(stderr, "usage: fwdbench raw BROKER TOPIC N VALUE_BYTES [transactional BATCH]\n"
-			"       fwdbench latency BROKER COUNT TIMEOUT_S TOPIC...\n");
+			"       fwdbench latency BROKER COUNT TIMEOUT_S TOPIC...\n"
+			"       fwdbench txnfloor BROKER TOPIC OFFSETS_TOPIC RATE SECONDS\n");
 	return 2;
 }

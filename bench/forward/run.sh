@@ -25,7 +25,15 @@
 #      PostgreSQL read, read to records queued, queued to every delivery
 #      report, delivery reports to commit acknowledged.  The older figures,
 #      measured from ce_time (taken inside esrc.append, before its
-#      commit), are printed as ce_time_*.
+#      commit), are printed as ce_time_*;
+#   3. the baseline for (a) in exactly_once, in the same run: with the
+#      forwarder paused and the same append load on PostgreSQL, a
+#      sequential exactly-once forwarder with no database behind it
+#      (fwdbench txnfloor: events due at the same rate, one Kafka
+#      transaction per turn over what is due, two producers in turn,
+#      records of the same shape, a position record) measured from an
+#      event's due time to commit_transaction() returning; then
+#      exactly_once_vs_floor, the ratios of (a)'s percentiles to it.
 #
 # Usage: bash bench/forward/run.sh        (as root or a sudoer, like test/all.sh)
 #        BENCH_THROUGHPUT=0: the latency part only; BENCH_LATENCY=0: the
@@ -47,7 +55,7 @@ LATENCY=${BENCH_LATENCY:-1}
 
 dir=$(test_tmpdir fwd-bench)
 trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
-cc -O2 -o "$dir/fwdbench" "$ESRC_ROOT/bench/forward/fwdbench.c" -lrdkafka
+cc -O2 -o "$dir/fwdbench" "$ESRC_ROOT/bench/forward/fwdbench.c" -lrdkafka -lm
 
 KAFKA_EXTRA_PROPS="log.message.timestamp.type=LogAppendTime" fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg" "shared_buffers = 512MB" "max_wal_size = 4GB" "track_commit_timestamp = on"
@@ -154,7 +162,29 @@ $(pct batch_acked_to_committed "committed - acked" b)
 EOF
     sed -n "s/^latency_\(.*\)/$1 ce_time_\1/p" "$out"
 }
-latency exactly_once
+# floor: the Kafka transaction protocol alone, under the same append load
+txn_floor() {
+    local out="$dir/floor.out"
+    fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
+    "$dir/fwdbench" txnfloor "$FWD_BROKER" esrc.floor esrc.floor.offsets "$RATE" "$SECS" >"$out" &
+    local f=$!
+    pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \
+        -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.floor.log" 2>&1
+    wait $f
+    fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
+    fwd_wait_forwarded 120
+    sed 's/^/exactly_once /' "$out"
+}
+# pget FILE NAME PCT: percentile PCT (p50, p90, p99) of line NAME in FILE, in ms
+pget() { sed -n "s/.* $2 .* $3=\([0-9.]*\)ms.*/\1/p" "$1" | head -1; }
+
+latency exactly_once | tee "$dir/eo.out"
+txn_floor | tee "$dir/floor.txt"
+for q in p50 p90 p99; do
+    a=$(pget "$dir/eo.out" commit_to_kafka_ack $q)
+    f=$(pget "$dir/floor.txt" floor_commit_to_kafka_ack $q)
+    echo "exactly_once_vs_floor $q $(awk -v a="$a" -v f="$f" 'BEGIN { printf "%.2f", a / f }')   (esrc ${a} ms, floor ${f} ms)"
+done
 fwd_sql "ALTER SYSTEM SET esrc.delivery = at_least_once" >/dev/null
 fwd_sql "SELECT pg_reload_conf()" >/dev/null
 sleep 3
