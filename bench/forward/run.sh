@@ -178,6 +178,11 @@ txn_floor() {
 # pget FILE NAME PCT: percentile PCT (p50, p90, p99) of line NAME in FILE, in ms
 pget() { sed -n "s/.* $2 .* $3=\([0-9.]*\)ms.*/\1/p" "$1" | head -1; }
 
+# a fresh broker's JVM is several times slower for its first minute (JIT):
+# warm it with the same kind of traffic first, so that neither the
+# forwarder nor the floor after it is measured on a cold broker
+log "warming the broker (transactions at $RATE events/s for 20 s)"
+"$dir/fwdbench" txnfloor "$FWD_BROKER" esrc.floor esrc.floor.offsets "$RATE" 20 >/dev/null
 latency exactly_once | tee "$dir/eo.out"
 txn_floor | tee "$dir/floor.txt"
 for q in p50 p90 p99; do
