@@ -36,6 +36,8 @@
 #      exactly_once_vs_floor, the ratios of (a)'s percentiles to it.
 #
 # Usage: bash bench/forward/run.sh        (as root or a sudoer, like test/all.sh)
+#        BENCH_BATCH=N: esrc.kafka_batch_size for the run (default: the
+#        setting's default).
 #        BENCH_THROUGHPUT=0: the latency part only; BENCH_LATENCY=0: the
 #        throughput part only.  Run it under flock -o /tmp/esrc-bench.lock
 #        (-o: the servers it starts must not inherit the lock).
@@ -62,6 +64,11 @@ fwd_start_pg "$dir/pg" "shared_buffers = 512MB" "max_wal_size = 4GB" "track_comm
 echo "postgres $("$PG_BINDIR/postgres" --version | cut -d' ' -f3) from $PG_BINDIR, esrc.so from $("$PG_BINDIR/pg_config" --pkglibdir)"
 fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
+if [ -n "${BENCH_BATCH:-}" ]; then
+    fwd_sql "ALTER SYSTEM SET esrc.kafka_batch_size = $BENCH_BATCH" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    sleep 1
+fi
 batch=$(fwd_sql "SHOW esrc.kafka_batch_size")
 echo "machine $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GB; kafka $KAFKA_VERSION on the same machine"
 echo "esrc.kafka_batch_size $batch"
@@ -85,6 +92,10 @@ log "filled in $((SECONDS - t0)) s"
 # measurements), checkpointed
 fwd_sql "VACUUM (ANALYZE) esrc.events" >/dev/null
 fwd_sql "CHECKPOINT" >/dev/null
+# a fresh broker's JVM is several times slower for its first minute (JIT);
+# warm it before anything is measured (the fill above did not touch it)
+log "warming the broker (raw producer, 300,000 records)"
+"$dir/fwdbench" raw "$FWD_BROKER" raw.warmup 300000 100 >/dev/null
 last=$(fwd_sql "SELECT max(position) FROM esrc.events")
 start=$(fwd_sql "SELECT last_position FROM esrc.forwarder_worker_status()")
 log "forwarding $((last - start)) events"
