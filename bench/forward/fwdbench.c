@@ -25,7 +25,10 @@
  *   fwdbench txnfloor BROKER TOPIC OFFSETS_TOPIC RATE SECONDS
  *       The same-run baseline for the exactly_once latency: a sequential
  *       exactly-once forwarder with no database behind it (see txnfloor()).
- *       Prints "floor_commit_to_kafka_ack n= p50= p90= p99= max=".
+ *       Prints "floor_commit_to_kafka_ack n= p50= p90= p99= max=" and the
+ *       per-batch split.  FWDBENCH_FLOOR_DEBUG=protocol (any librdkafka
+ *       "debug" value) logs its requests to stderr, e.g. to count
+ *       AddPartitionsToTxn requests per transaction.
  *
  * Build: cc -O2 -o fwdbench bench/forward/fwdbench.c -lrdkafka -lm
  */
@@ -460,6 +463,8 @@ txnfloor(int argc unused_arg, char **argv)
 		set(conf, "linger.ms", "1");
 		set(conf, "socket.nagle.disable", "true");
 		set(conf, "partitioner", "murmur2_random");
+		if (getenv("FWDBENCH_FLOOR_DEBUG"))
+			set(conf, "debug", getenv("FWDBENCH_FLOOR_DEBUG"));
 		rd_kafka_conf_set_dr_msg_cb(conf, floor_dr_cb);
 		rd_kafka_conf_set_opaque(conf, &floor_outstanding[p]);
 		rks[p] = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));

@@ -170,6 +170,7 @@ $(pct batch_wake_to_read_done "read - woke" b)
 $(pct batch_read_to_queued "queued - read" b)
 $(pct batch_queued_to_acked "acked - queued" b)
 $(pct batch_acked_to_committed "committed - acked" b)
+$(pct batch_committed_to_next_woke "next_woke - committed" "(SELECT committed, lead(woke) OVER (ORDER BY first) AS next_woke FROM b) n WHERE next_woke > committed")
 EOF
     sed -n "s/^latency_\(.*\)/$1 ce_time_\1/p" "$out"
 }
