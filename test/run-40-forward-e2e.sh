@@ -5,7 +5,7 @@
 # back; while they run, a setting is reloaded (SIGHUP).  Then a
 # read_committed consumer must find every committed event once, in order,
 # encoded as specified (test/forward/check.py), and the status view must
-# agree.
+# agree.  Last, a smoke run of bench/forward's floor tool.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -89,6 +89,17 @@ expect "the offsets topic holds the last position under esrc-<log_id>" \
     test "$(jq -r --arg k "esrc-$(fwd_sql "SELECT log_id FROM esrc.forwarder_state")" \
             'select(.key == $k) | .value | fromjson | .position' "$dir/offsets.jsonl" | tail -1)" \
     = "$(fwd_sql "SELECT max(position) FROM esrc.events")"
+
+# bench/forward's tools build cleanly and the floor measurement (fwdbench
+# txnfloor, the baseline of the exactly_once latency) works against a real
+# broker: a short run reports percentiles and Kafka holds all it sent
+cc -O2 -Wall -Wextra -Werror -o "$dir/fwdbench" "$ESRC_ROOT/bench/forward/fwdbench.c" -lrdkafka -lm
+"$dir/fwdbench" txnfloor "$FWD_BROKER" bench.floor bench.floor.offsets 200 4 >"$dir/floor.out"
+expect "fwdbench txnfloor builds with -Werror and reports its percentiles" \
+    grep -q "^floor_commit_to_kafka_ack n=[1-9][0-9]* p50=" "$dir/floor.out"
+"$FWD_KAFKA/consume.sh" "$FWD_BROKER" bench.floor >"$dir/floor.jsonl"
+expect "and Kafka has every record it committed" \
+    test "$(jq -s 'map(.headers.ce_esrcposition) | unique | length' "$dir/floor.jsonl")" = 800
 
 if [ $status -ne 0 ]; then
     grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2
