@@ -33,7 +33,16 @@
 #      transaction per turn over what is due, two producers in turn,
 #      records of the same shape, a position record) measured from an
 #      event's due time to commit_transaction() returning; then
-#      exactly_once_vs_floor, the ratios of (a)'s percentiles to it.
+#      exactly_once_vs_floor, the ratios of (a)'s percentiles to it;
+#   4. in both latency phases, the CPU time of librdkafka's main threads
+#      ("rdk:main", one per producer) per Kafka transaction and as a share
+#      of one core: librdkafka 2.0.2's transactional producer spins there
+#      (docs/forwarder.md, "librdkafka's registration timer").
+#
+# The librdkafka used is the one the dynamic linker finds, for the server
+# and for fwdbench alike; LD_LIBRARY_PATH=DIR runs both on another build
+# (bench/forward/librdkafka-timer.sh makes one).  The bench prints which
+# file each of them loaded.
 #
 # Usage: bash bench/forward/run.sh        (as root or a sudoer, like test/all.sh)
 #        BENCH_BATCH=N: esrc.kafka_batch_size for the run (default: the
@@ -64,6 +73,10 @@ fwd_start_pg "$dir/pg" "shared_buffers = 512MB" "max_wal_size = 4GB" "track_comm
 echo "postgres $("$PG_BINDIR/postgres" --version | cut -d' ' -f3) from $PG_BINDIR, esrc.so from $("$PG_BINDIR/pg_config" --pkglibdir)"
 fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
+wpid=$(fwd_sql "SELECT pid FROM pg_stat_activity WHERE application_name = 'esrc forwarder'")
+echo "librdkafka $(sed -n 's/.*esrc forwarder started .*(librdkafka \(.*\)).*/\1/p' "$FWD_PGDIR/server.log" | tail -1):" \
+    "the worker loaded $(awk '/librdkafka/ { print $6 }' "/proc/$wpid/maps" | sort -u | paste -sd' ')," \
+    "fwdbench loads $(ldd "$dir/fwdbench" | awk '/librdkafka/ { print $3 }')"
 if [ -n "${BENCH_BATCH:-}" ]; then
     fwd_sql "ALTER SYSTEM SET esrc.kafka_batch_size = $BENCH_BATCH" >/dev/null
     fwd_sql "SELECT pg_reload_conf()" >/dev/null
@@ -138,20 +151,25 @@ pct() {
 batch_re='.*esrc forwarder: batch first=\([0-9]*\) last=\([0-9]*\) events=\([0-9]*\) woke_us=\([0-9]*\) read_us=\([0-9]*\) started_us=[0-9]* queued_us=\([0-9]*\) acked_us=\([0-9]*\) committed_us=\([0-9]*\).*'
 
 latency() { # MODE
-    local n=$((RATE * SECS)) out="$dir/lat.$1.out" lo hi c
+    local n=$((RATE * SECS)) out="$dir/lat.$1.out" lo hi c wpid cpu0 wall0 cpu wall
     lo=$(fwd_sql "SELECT coalesce(max(position), 0) FROM esrc.events")
     FWDBENCH_RECORDS="$dir/rec.$1" "$dir/fwdbench" latency "$FWD_BROKER" "$n" $((SECS + 15)) esrc.lat \
         >"$out" 2>"$dir/lat.$1.err" &
     c=$!
     until grep -q ready "$out" 2>/dev/null; do sleep 0.2; done
+    wpid=$(fwd_sql "SELECT pid FROM pg_stat_activity WHERE application_name = 'esrc forwarder'")
+    cpu0=$(threads_cpu_ms "$wpid" rdk:main)
+    wall0=$(date +%s%3N)
     pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \
         -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.$1.log" 2>&1
+    cpu=$(( $(threads_cpu_ms "$wpid" rdk:main) - cpu0 ))
+    wall=$(( $(date +%s%3N) - wall0 ))
     wait $c || true
     fwd_wait_forwarded 60
     hi=$(fwd_sql "SELECT max(position) FROM esrc.events")
     echo "$1 appends: $(grep -E '^tps' "$dir/pgbench.$1.log" | cut -d' ' -f1-3), $(grep -E '^latency average' "$dir/pgbench.$1.log")"
     sed -n "s/$batch_re/\1,\2,\3,\4,\5,\6,\7,\8/p" "$FWD_PGDIR/server.log" >"$dir/batches.$1"
-    psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAt -v ON_ERROR_STOP=1 <<EOF | sed "s/^/$1 /"
+    psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAt -v ON_ERROR_STOP=1 <<EOF | sed "s/^/$1 /" >"$dir/lat.$1.sql.out"
 CREATE TEMP TABLE b (first bigint, last bigint, events int, woke bigint, read bigint,
                      queued bigint, acked bigint, committed bigint);
 \copy b FROM '$dir/batches.$1' WITH (FORMAT csv)
@@ -172,20 +190,56 @@ $(pct batch_queued_to_acked "acked - queued" b)
 $(pct batch_acked_to_committed "committed - acked" b)
 $(pct batch_committed_to_next_woke "next_woke - committed" "(SELECT committed, lead(woke) OVER (ORDER BY first) AS next_woke FROM b) n WHERE next_woke > committed")
 EOF
+    cat "$dir/lat.$1.sql.out"
     sed -n "s/^latency_\(.*\)/$1 ce_time_\1/p" "$out"
+    # the batches of the whole pgbench run (the figures above count those
+    # whose events all fall in it)
+    rdk_main "$1" "$cpu" "$wall" "$(sed -n "s/^$1 batches n=\([0-9]*\).*/\1/p" "$dir/lat.$1.sql.out")"
 }
 # floor: the Kafka transaction protocol alone, under the same append load
 txn_floor() {
     local out="$dir/floor.out"
     fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
     "$dir/fwdbench" txnfloor "$FWD_BROKER" esrc.floor esrc.floor.offsets "$RATE" "$SECS" >"$out" &
-    local f=$!
+    local f=$! cpu0 wall0 cpu wall
     pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \
-        -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.floor.log" 2>&1
+        -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.floor.log" 2>&1 &
+    local load=$!
+    # its first 2 s are warm-up (not counted in its figures)
+    sleep 2.1
+    cpu0=$(threads_cpu_ms $f rdk:main)
+    wall0=$(date +%s%3N)
+    # until its loop ends: the process then prints and destroys its producers
+    until grep -q floor_commit_to_kafka_ack "$out" 2>/dev/null || ! kill -0 $f 2>/dev/null; do
+        cpu=$(threads_cpu_ms $f rdk:main)
+        wall=$(date +%s%3N)
+        sleep 0.2
+    done
     wait $f
+    wait $load
     fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
     fwd_wait_forwarded 120
     sed 's/^/exactly_once /' "$out"
+    rdk_main "exactly_once floor" $((cpu - cpu0)) $((wall - wall0)) \
+        "$(sed -n 's/^floor_batches n=\([0-9]*\).*/\1/p' "$out")"
+}
+# threads_cpu_ms PID COMM: CPU time (user + system, ms) of PID's threads named COMM
+threads_cpu_ms() {
+    local t total=0 f
+    for t in /proc/"$1"/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] || continue
+        # fields after "(comm) ": state is 1, utime 12, stime 13
+        f=($(sed 's/^.*) //' "$t/stat" 2>/dev/null)) || continue
+        total=$((total + f[11] + f[12]))
+    done
+    echo $((total * 1000 / CLK_TCK))
+}
+CLK_TCK=$(getconf CLK_TCK)
+# rdk_main PHASE CPU_MS WALL_MS BATCHES: librdkafka's main threads' CPU
+rdk_main() {
+    awk -v p="$1" -v c="$2" -v w="$3" -v b="$4" 'BEGIN {
+        printf "%s librdkafka_main_threads cpu=%dms in %dms (%.0f%% of one core), %.2f ms per batch\n",
+               p, c, w, (w > 0 ? 100 * c / w : 0), (b > 0 ? c / b : 0) }'
 }
 # pget FILE NAME PCT: percentile PCT (p50, p90, p99) of line NAME in FILE, in ms
 pget() { sed -n "s/.* $2 .* $3=\([0-9.]*\)ms.*/\1/p" "$1" | head -1; }
