@@ -11,7 +11,10 @@
  *       delivery report (or commit).
  *
  *   fwdbench latency BROKER COUNT TIMEOUT_S TOPIC...
- *       A read_committed consumer from the end of the topics.  For each
+ *       A read_committed consumer from the end of the topics; it prints
+ *       "ready" once the group has assigned it the partitions and it has
+ *       fetched to the end of each (so that joining the group and the
+ *       first fetches are not measured).  For each
  *       record: visible_us = time it reached this consumer - ce_time
  *       (recorded_at, taken inside esrc.append, so this includes the
  *       append's own commit); and, when the topic uses LogAppendTime,
@@ -299,6 +302,7 @@ latency(int argc, char **argv)
 	set(conf, "enable.auto.commit", "false");
 	set(conf, "fetch.wait.max.ms", "100");
 	set(conf, "fetch.error.backoff.ms", "5");
+	set(conf, "enable.partition.eof", "true");
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
 	if (!rk)
 		die("consumer", err);
@@ -308,22 +312,32 @@ latency(int argc, char **argv)
 		rd_kafka_topic_partition_list_add(topics, argv[i], RD_KAFKA_PARTITION_UA);
 	if (rd_kafka_subscribe(rk, topics))
 		die("subscribe", NULL);
-	/* ready once the group has assigned us the partitions */
-	fprintf(stderr, "fwdbench: waiting for partition assignment\n");
-	for (;;)
+	/*
+	 * Ready once the group has assigned us the partitions and a fetch has
+	 * reached the end of each of them: the group join, the offset lookup
+	 * and the first fetches are then behind us, not in the measurement.
+	 */
+	fprintf(stderr, "fwdbench: waiting for partition assignment and the first fetches\n");
 	{
-		rd_kafka_topic_partition_list_t *a = NULL;
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+		int			assigned = 0;
+		int			eofs = 0;
 
-		if (m)
-			rd_kafka_message_destroy(m);
-		if (rd_kafka_assignment(rk, &a) == 0 && a && a->cnt > 0)
+		while (assigned == 0 || eofs < assigned)
 		{
-			rd_kafka_topic_partition_list_destroy(a);
-			break;
+			rd_kafka_topic_partition_list_t *a = NULL;
+			rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+
+			if (m)
+			{
+				if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+					eofs++;
+				rd_kafka_message_destroy(m);
+			}
+			if (assigned == 0 && rd_kafka_assignment(rk, &a) == 0 && a)
+				assigned = a->cnt;
+			if (a)
+				rd_kafka_topic_partition_list_destroy(a);
 		}
-		if (a)
-			rd_kafka_topic_partition_list_destroy(a);
 	}
 	printf("ready\n");
 	fflush(stdout);
