@@ -180,6 +180,7 @@ CREATE TEMP TABLE r (position bigint, received bigint, appended bigint);
 CREATE TEMP TABLE ev AS
   SELECT position, (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::bigint AS commit_us
   FROM esrc.events WHERE position > $lo AND position <= $hi;
+SELECT format('batches_during_load n=%s', count(*)) FROM b WHERE woke >= $(( wall0 * 1000 ));
 -- the first 2 s of the load are warm-up, as in the floor's figures
 DELETE FROM ev WHERE commit_us < $(( (wall0 + 2000) * 1000 ));
 DELETE FROM b WHERE woke < $(( (wall0 + 2000) * 1000 ));
@@ -194,11 +195,11 @@ $(pct batch_queued_to_acked "acked - queued" b)
 $(pct batch_acked_to_committed "committed - acked" b)
 $(pct batch_committed_to_next_woke "next_woke - committed" "(SELECT committed, lead(woke) OVER (ORDER BY first) AS next_woke FROM b) n WHERE next_woke > committed")
 EOF
-    cat "$dir/lat.$1.sql.out"
+    grep -v " batches_during_load " "$dir/lat.$1.sql.out"
     sed -n "s/^latency_\(.*\)/$1 ce_time_\1/p" "$out"
-    # the batches of the whole pgbench run (the figures above count those
-    # whose events all fall in it)
-    rdk_main "$1" "$cpu" "$wall" "$(sed -n "s/^$1 batches n=\([0-9]*\).*/\1/p" "$dir/lat.$1.sql.out")"
+    # CPU over the whole load, divided by the batches of the whole load
+    rdk_main "$1" "$cpu" "$wall" \
+        "$(sed -n "s/^$1 batches_during_load n=\([0-9]*\).*/\1/p" "$dir/lat.$1.sql.out")"
 }
 # floor: the Kafka transaction protocol alone, under the same append load
 txn_floor() {
