@@ -36,6 +36,8 @@ source "$ESRC_ROOT/test/lib.sh"
 
 ROUNDS=${BENCH_ROUNDS:-2}
 SECS=${BENCH_SECONDS:-15}
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a positive integer"
+[[ "$SECS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SECONDS must be a positive integer"
 version=$(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null) ||
     die "librdkafka1 is not installed (test/all.sh installs the dependencies)"
 cache=${ESRC_LIBRDKAFKA_CACHE:-/var/tmp/esrc-librdkafka-$version}
