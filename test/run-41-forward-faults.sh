@@ -54,7 +54,6 @@ load() {
     load=$!
 }
 finish_load() { wait "$load" 2>/dev/null || true; }
-worker_pid() { fwd_sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'esrc forwarder'"; }
 wait_worker() { # until the worker runs (again) and has connected
     local deadline=$((SECONDS + 60))
     until [ "$(fwd_sql "SELECT state FROM esrc.forwarder_status" 2>/dev/null)" = running ]; do
@@ -83,17 +82,17 @@ log "   $(fwd_status)"
 log "2a. terminate the worker (SIGTERM) under load"
 load 5 300
 sleep 2
-old=$(worker_pid)
+old=$(fwd_worker_pid)
 fwd_sql "SELECT pg_terminate_backend($old)" >/dev/null
 finish_load
 wait_worker || status=1
-expect "the worker was restarted" test "$(worker_pid)" != "$old"
+expect "the worker was restarted" test "$(fwd_worker_pid)" != "$old"
 fwd_wait_forwarded 60 || status=1
 
 log "2b. kill -9 the worker under load (the postmaster resets every backend)"
 load 5 300
 sleep 2
-kill -9 "$(worker_pid)"
+kill -9 "$(fwd_worker_pid)"
 finish_load
 wait_worker || status=1
 fwd_wait_forwarded 60 || status=1
@@ -142,7 +141,7 @@ load 30 600
 for i in 1 2 3 4; do
     sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.2 + r / 32768 }')"
     wait_worker || status=1
-    old=$(worker_pid)
+    old=$(fwd_worker_pid)
     fwd_sql "SELECT pg_terminate_backend($old)" >/dev/null
 done
 finish_load

@@ -74,7 +74,7 @@ fwd_start_pg "$dir/pg" "shared_buffers = 512MB" "max_wal_size = 4GB" "track_comm
 echo "postgres $("$PG_BINDIR/postgres" --version | cut -d' ' -f3) from $PG_BINDIR, esrc.so from $("$PG_BINDIR/pg_config" --pkglibdir)"
 fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
-wpid=$(fwd_sql "SELECT pid FROM pg_stat_activity WHERE application_name = 'esrc forwarder'")
+wpid=$(fwd_worker_pid)
 echo "librdkafka $(sed -n 's/.*esrc forwarder started .*(librdkafka \(.*\)).*/\1/p' "$FWD_PGDIR/server.log" | tail -1):" \
     "the worker loaded $(awk '/librdkafka/ { print $6 }' "/proc/$wpid/maps" | sort -u | paste -sd' ')," \
     "fwdbench loads $(ldd "$dir/fwdbench" | awk '/librdkafka/ { print $3 }')"
@@ -158,7 +158,7 @@ latency() { # MODE
         >"$out" 2>"$dir/lat.$1.err" &
     c=$!
     until grep -q ready "$out" 2>/dev/null; do sleep 0.2; done
-    wpid=$(fwd_sql "SELECT pid FROM pg_stat_activity WHERE application_name = 'esrc forwarder'")
+    wpid=$(fwd_worker_pid)
     cpu0=$(threads_cpu_ms "$wpid" rdk:main)
     wall0=$(date +%s%3N)
     pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \

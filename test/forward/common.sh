@@ -73,6 +73,11 @@ fwd_sql() {
     psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAt -v ON_ERROR_STOP=1 -c "$1"
 }
 
+# The pid of the forwarder worker (empty while none runs).
+fwd_worker_pid() {
+    fwd_sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'esrc forwarder'"
+}
+
 fwd_status() {
     fwd_sql "SELECT format('state=%s last=%s pending=%s delivered=%s error=%s blocked=%s',
                            state, last_position, events_pending, delivered_total,
