@@ -38,11 +38,6 @@ ROUNDS=${BENCH_ROUNDS:-2}
 SECS=${BENCH_SECONDS:-15}
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a positive integer"
 [[ "$SECS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SECONDS must be a positive integer"
-version=$(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null) ||
-    die "librdkafka1 is not installed (test/all.sh installs the dependencies)"
-cache=${ESRC_LIBRDKAFKA_CACHE:-/var/tmp/esrc-librdkafka-$version}
-mkdir -p "$cache"
-
 [ "$(id -u)" = 0 ] || die "run as root: it installs packages and adds an apt source"
 ensure_deps
 if ! command -v dpkg-source >/dev/null; then
@@ -50,10 +45,19 @@ if ! command -v dpkg-source >/dev/null; then
     apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q dpkg-dev >/dev/null
 fi
+version=$(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null) ||
+    die "librdkafka1 is not installed"
+cache=${ESRC_LIBRDKAFKA_CACHE:-/var/tmp/esrc-librdkafka-$version}
+mkdir -p "$cache"
 
 # --- the source, as Debian packages it -------------------------------------
+# fetch: Debian's source of the installed version, unpacked under $cache/dl
+fetch() {
+    rm -rf "$cache/dl" && mkdir -p "$cache/dl" &&
+        (cd "$cache/dl" && apt-get source -qq "librdkafka=$version" >/dev/null 2>&1)
+}
 if [ ! -d "$cache/src" ]; then
-    if ! (cd "$cache" && apt-get source --download-only "librdkafka=$version" >/dev/null 2>&1); then
+    if ! fetch; then
         log "adding a deb-src entry for the configured Debian mirror"
         src=/etc/apt/sources.list.d/esrc-deb-src.sources
         if [ -f /etc/apt/sources.list.d/debian.sources ]; then
@@ -63,10 +67,8 @@ if [ ! -d "$cache/src" ]; then
                 >/etc/apt/sources.list.d/esrc-deb-src.list
         fi
         apt-get update -qq
+        fetch || die "apt-get source librdkafka=$version failed"
     fi
-    rm -rf "$cache/dl" && mkdir -p "$cache/dl"
-    (cd "$cache/dl" && apt-get source -qq "librdkafka=$version" >/dev/null 2>&1) ||
-        die "apt-get source librdkafka=$version failed"
     mv "$cache/dl"/librdkafka-*/ "$cache/src"
     rm -rf "$cache/dl"
 fi
