@@ -5,10 +5,14 @@ EXTVERSION   = $(shell grep default_version $(EXTENSION).control | sed -e "s/def
 MODULE_big   = esrc
 OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
-# The install script is the concatenation of src/sql/NN_*.sql, one file per
-# capability.  Upgrade scripts (esrc--A--B.sql) are kept as written.
+# The install script of the current version is the concatenation of
+# src/sql/NN_*.sql, one file per capability.  The install scripts of
+# released versions (esrc--0.1.0.sql) and the upgrade scripts
+# (esrc--A--B.sql) are kept as written: CREATE EXTENSION esrc VERSION
+# '0.1.0' followed by ALTER EXTENSION esrc UPDATE must end where a fresh
+# install does (test/run-15-upgrade.sh checks it).
 DATA_built   = $(EXTENSION)--$(EXTVERSION).sql
-DATA         = $(wildcard $(EXTENSION)--*--*.sql)
+DATA         = $(filter-out $(DATA_built),$(wildcard $(EXTENSION)--*.sql))
 EXTRA_CLEAN  = $(EXTENSION)--$(EXTVERSION).sql
 
 PG_CONFIG   ?= pg_config
