@@ -17,6 +17,9 @@ EXTRA_CLEAN  = $(EXTENSION)--$(EXTVERSION).sql
 
 PG_CONFIG   ?= pg_config
 PG_CFLAGS    = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror=implicit-function-declaration
+ifdef ESRC_WERROR
+PG_CFLAGS   += -Werror
+endif
 SHLIB_LINK   = -lrdkafka
 
 # pg_regress tests (sql/*.sql, expected/*.out); they need a server with

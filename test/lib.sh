@@ -8,8 +8,12 @@
 ESRC_ROOT=${ESRC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 ESRC_TEST_USER=${ESRC_TEST_USER:-esrc}
 ESRC_CACHE=${ESRC_CACHE:-$HOME/.cache/esrc}
-PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
-export ESRC_ROOT ESRC_CACHE PG_BINDIR
+# ESRC_PG: the PostgreSQL major to build and test against (Debian's
+# layout); test/matrix/run.sh sets it inside the roots of the other majors.
+ESRC_PG=${ESRC_PG:-15}
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/$ESRC_PG/bin}
+PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
+export ESRC_ROOT ESRC_CACHE ESRC_PG PG_BINDIR PG_CONFIG
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "FATAL: $*"; exit 1; }
@@ -26,8 +30,8 @@ as_test_user() {
 # Install what the build and the tests need, once per machine.
 ensure_deps() {
     local need=()
-    [ -x "$PG_BINDIR/postgres" ]                        || need+=(postgresql-15)
-    [ -f /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
+    [ -x "$PG_BINDIR/postgres" ]                        || need+=("postgresql-$ESRC_PG")
+    [ -f "$("$PG_CONFIG" --includedir-server 2>/dev/null)/postgres.h" ] || need+=("postgresql-server-dev-$ESRC_PG")
     [ -f /usr/include/librdkafka/rdkafka.h ]            || need+=(librdkafka-dev)
     [ -f /usr/share/perl5/IPC/Run.pm ]                  || need+=(libipc-run-perl)
     command -v kcat >/dev/null                          || need+=(kcat)
@@ -35,7 +39,9 @@ ensure_deps() {
     command -v make >/dev/null                          || need+=(make)
     command -v gcc >/dev/null                           || need+=(gcc)
     command -v java >/dev/null                          || need+=(openjdk-17-jre-headless)
-    command -v mvn >/dev/null                           || need+=(maven)
+    # mvn only fetches the Kafka jars (test/kafka/fetch.sh), once per cache
+    [ -f "$ESRC_CACHE/kafka-${KAFKA_VERSION:-4.4.0}/libs/.complete" ] ||
+        command -v mvn >/dev/null                       || need+=(maven)
     command -v python3 >/dev/null                       || need+=(python3)
     if [ ${#need[@]} -gt 0 ]; then
         [ "$(id -u)" = 0 ] || die "missing packages ${need[*]}; install them or run as root"
@@ -53,11 +59,11 @@ ensure_deps() {
 # Build and install the extension into the server's directories.
 build_install() {
     log "building esrc"
-    make -C "$ESRC_ROOT" -s >/dev/null
+    make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" >/dev/null
     if [ "$(id -u)" = 0 ]; then
-        make -C "$ESRC_ROOT" -s install >/dev/null
+        make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
     else
-        sudo make -C "$ESRC_ROOT" -s install >/dev/null
+        sudo make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
     fi
 }
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
+PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")/..
 dir=$(test_tmpdir regress)
 port=$(free_port)
 trap 'pg_stop "$dir" immediate; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT

@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
+PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")/..
 dir=$(test_tmpdir tap)
 cleanup() {
     # prove's nodes stop themselves; stop any a killed test left behind

@@ -16,7 +16,7 @@ ensure_deps
 vg_ensure
 build_install
 
-PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
+PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")/..
 dir=$(test_tmpdir valgrind)
 port=$(free_port)
 trap 'vg_cleanup "$dir"; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
