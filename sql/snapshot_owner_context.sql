@@ -102,6 +102,13 @@ SET ROLE snapown_app;
 SELECT stream, version, state, note FROM snapown.viasql;
 RESET ROLE;
 
+-- so does a superuser's rebuild (with the table's code in the same context)
+TRUNCATE snapown.seen;
+SELECT esrc.rebuild_snapshot('snapown.direct');
+SELECT esrc.rebuild_snapshot('snapown.viasql');
+SELECT tab, what, who, restricted, path, count(*)
+FROM snapown.seen GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5;
+
 -- A trigger that tries to make its owner superuser fails, and so does the
 -- superuser's append that fired it: nothing is written.
 SELECT esrc.append('snapown-2', 'Opened', '{"escalate": true}');
