@@ -30,7 +30,10 @@
  * without parsing, planning or SPI.  Nothing depends on search_path, so
  * the functions need neither SECURITY DEFINER nor a SET clause: writers
  * hold no privilege on esrc.events, EXECUTE on esrc.append/append_batch
- * is the check, and triggers run as the caller, as for any INSERT.
+ * is the check, and triggers on esrc.events run as the caller, as for any
+ * INSERT (snapshot.c's trigger then writes each snapshot table as that
+ * table's owner, security-restricted).  order.c refuses positions while
+ * esrc.position_seq is not CACHE 1 / increasing / NO CYCLE.
  *
  *-------------------------------------------------------------------------
  */

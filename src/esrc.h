@@ -31,8 +31,9 @@ extern int	esrc_max_event_size;
 /*
  * One slot per backend (indexed by PGPROC->pgprocno) in the in-flight
  * registry.  min_position is 0 when the backend's current transaction has
- * allocated no event position; otherwise it is a lower bound of the
- * lowest position the transaction holds (see order.c for the protocol).
+ * allocated no event position; PENDING (high bit set) while it is about to
+ * take its first; otherwise it is a lower bound of the lowest position the
+ * transaction holds (see order.c for the protocol).
  */
 typedef struct EsrcInflightSlot
 {

@@ -52,13 +52,17 @@
  *	   the isolation level, so an append that waited behind a rebuild or a
  *	   create applies its event on top of the rows they committed.
  *
- * Security.  Appends run in SECURITY DEFINER functions; the trigger runs
- * each reducer, and reads and writes each snapshot table, as the owner of
- * the snapshot table under SECURITY_RESTRICTED_OPERATION, with search_path
- * pinned to "pg_catalog, pg_temp" and a GUC nest level that undoes any
- * setting the reducer makes.  load/snapshot_at/rebuild run reducers the
- * same way.  Only writes to esrc.snapshots run as its owner.  All SQL built
- * here quotes identifiers and qualifies operators.
+ * Security.  Appends run as the appending role (esrc.append is neither
+ * SECURITY DEFINER nor has a SET clause).  The trigger applies each
+ * snapshot -- the row lookup, the reducer and the write, with all the code
+ * the write runs: the table's row triggers, CHECK constraints, defaults,
+ * index expressions, row-level security -- as the owner of the snapshot
+ * table under SECURITY_RESTRICTED_OPERATION, with search_path pinned to
+ * "pg_catalog, pg_temp" and a GUC nest level per snapshot and per reducer
+ * call that undoes any setting made in it (apply_to_all).  create/rebuild
+ * write the table the same way; load/snapshot_at/rebuild run reducers the
+ * same way.  Only writes to esrc.snapshots run as the catalog's owner.
+ * All SQL built here quotes identifiers and qualifies operators.
  *
  * Caching.  Definitions are cached per backend, keyed by category, with
  * the reducer's FmgrInfo, the choice of write path and prepared SPI plans.  The cache is dropped on
@@ -451,36 +455,33 @@ lookup_reducer(const char *signature)
 }
 
 /*
- * Enter the context reducers run in: a GUC nest level with search_path
- * pinned.  Returns the nest level for leave_reducer_gucs(), which is only
- * called on success (an error unwinds the level with the transaction) and
- * undoes every setting made since, even a plain SET, as REFRESH
- * MATERIALIZED VIEW does for the functions it runs.  Returns -1 (nothing to
- * undo) when search_path is pinned already, as inside esrc.append.
- * call_reducer() adds a level of its own around each call, so that what
- * one reducer sets never reaches another reducer (possibly of another
- * owner), nor the caller.
+ * Enter the context reducers and the code of snapshot tables run in: a GUC
+ * nest level with search_path pinned.  Returns the nest level for
+ * leave_reducer_gucs(), which is only called on success (an error unwinds
+ * the level with the transaction) and undoes every setting made since,
+ * even a plain SET, as REFRESH MATERIALIZED VIEW does for the functions it
+ * runs.  search_path is set only when it differs (it does not inside an
+ * outer level of ours), so a nested level costs no catalog work.
+ * call_reducer() adds a level of its own around each call, and
+ * apply_to_all() one around each snapshot, so that what one owner's code
+ * sets never reaches another owner's code, nor the caller.
  */
 static int
 enter_reducer_gucs(void)
 {
-	int			level;
+	int			level = NewGUCNestLevel();
 
-	/* inside esrc.append, whose SET clause pinned it already */
-	if (strcmp(namespace_search_path, SNAPSHOT_SEARCH_PATH) == 0)
-		return -1;
-	level = NewGUCNestLevel();
-	(void) set_config_option("search_path", SNAPSHOT_SEARCH_PATH,
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
+	if (strcmp(namespace_search_path, SNAPSHOT_SEARCH_PATH) != 0)
+		(void) set_config_option("search_path", SNAPSHOT_SEARCH_PATH,
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	return level;
 }
 
 static void
 leave_reducer_gucs(int level)
 {
-	if (level >= 0)
-		AtEOXact_GUC(false, level);
+	AtEOXact_GUC(false, level);
 }
 
 /* ----------------------------------------------------------------
@@ -1097,7 +1098,8 @@ choose_path(SnapshotDef *def)
  * insert/update (ExecSimpleRelationInsert/Update, as logical replication
  * applies rows): constraints, indexes and the table's own row triggers are
  * handled as by an INSERT or UPDATE.  prepare_direct() checked that this
- * gives the same result as the SQL of apply_event_spi().  Runs as the owner.
+ * gives the same result as the SQL of apply_event_spi().  Runs as the
+ * owner, security-restricted (apply_to_all()).
  */
 static void
 apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
@@ -1175,8 +1177,10 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
  * Apply one new event to one snapshot: read the stream's row (or the
  * initial state), check the version invariant, call the reducer, write the
  * row.  This is the SQL version, for any table; apply_event_direct() does
- * the same for tables made by create_snapshot.  Runs as the owner; snap
- * was taken after the table lock.  Needs an SPI connection.
+ * the same for tables made by create_snapshot.  Runs as the owner,
+ * security-restricted (apply_to_all()), so the SELECT sees the rows the
+ * owner's row-level security lets it see, not the appender's; snap was
+ * taken after the table lock.  Needs an SPI connection.
  */
 static void
 apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
@@ -1188,8 +1192,6 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 	bool		exists;
 	bool		isnull;
 	int			rc;
-	Oid			save_userid;
-	int			save_sec_context;
 
 	values[0] = stream;
 	rc = SPI_execute_snapshot(def_plan(def, PLAN_SELECT), values, NULL, snap,
@@ -1211,12 +1213,8 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 	values[2] = call_reducer(def, state, event);
 	values[3] = TimestampTzGetDatum(now);
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
 	rc = SPI_execute_snapshot(def_plan(def, exists ? PLAN_UPDATE : PLAN_INSERT),
 							  values, NULL, snap, InvalidSnapshot, false, true, 0);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (rc != (exists ? SPI_OK_UPDATE : SPI_OK_INSERT) || SPI_processed != 1)
 		elog(ERROR, "snapshot row write failed: %s", SPI_result_code_string(rc));
 }
@@ -1224,6 +1222,18 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 /*
  * Apply the event to each snapshot of its category, with snapshot_busy set
  * (reset, and the user restored, on error too).
+ *
+ * Each snapshot is applied as the owner of its table, as a
+ * security-restricted operation, in a GUC nest level of its own with
+ * search_path pinned: not only the reducer but everything the write runs
+ * -- the table's row triggers (AFTER ones included: they fire before the
+ * switch back), CHECK constraints, defaults, index expressions, row-level
+ * security -- runs with the owner's rights, as REFRESH MATERIALIZED VIEW
+ * runs a view's code.  The appender, possibly a superuser, never runs the
+ * table owner's code, and the owner cannot queue code for the appender's
+ * commit (core refuses deferred triggers queued in a security-restricted
+ * operation).  One switch per snapshot and event; an error unwinds the
+ * GUC level with the (sub)transaction.
  */
 static void
 apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
@@ -1243,12 +1253,20 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 		{
 			SnapshotDef *def = &cache.defs[entry->first + i];
 
+			int			gucs;
+
 			errarg->snapshot = def->relname;
 			raise_if_broken(def);
+			SetUserIdAndSecContext(def->owner, save_sec_context |
+								   SECURITY_LOCAL_USERID_CHANGE |
+								   SECURITY_RESTRICTED_OPERATION);
+			gucs = enter_reducer_gucs();
 			if (def->direct == 1)
 				apply_event_direct(def, stream, stream_str, version, event, snap, now);
 			else
 				apply_event_spi(def, stream, stream_str, version, event, snap, now);
+			leave_reducer_gucs(gucs);
+			SetUserIdAndSecContext(save_userid, save_sec_context);
 		}
 	}
 	PG_FINALLY();

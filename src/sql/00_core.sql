@@ -4,14 +4,53 @@
 -- Roles
 --
 -- Roles are cluster-wide, so another database may have created them
--- already; DROP EXTENSION leaves them in place.
+-- already; DROP EXTENSION leaves them in place.  An existing esrc_reader or
+-- esrc_writer is adopted only if it has no rights esrc would not have
+-- given it: no SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS or
+-- LOGIN, and no membership in another role (esrc_writer may be a member of
+-- esrc_reader).  Whoever is granted an esrc role would gain those rights
+-- too, so CREATE EXTENSION refuses such a role (42710).  Privileges on
+-- objects (in this or other databases) are not checked.
 ------------------------------------------------------------------------
 DO $roles$
+DECLARE
+    r record;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'esrc_reader') THEN
+    FOR r IN
+        SELECT a.rolname,
+               pg_catalog.array_remove(ARRAY[
+                   CASE WHEN a.rolsuper THEN 'SUPERUSER' END,
+                   CASE WHEN a.rolcreatedb THEN 'CREATEDB' END,
+                   CASE WHEN a.rolcreaterole THEN 'CREATEROLE' END,
+                   CASE WHEN a.rolreplication THEN 'REPLICATION' END,
+                   CASE WHEN a.rolbypassrls THEN 'BYPASSRLS' END,
+                   CASE WHEN a.rolcanlogin THEN 'LOGIN' END], NULL)
+               OPERATOR(pg_catalog.||)
+               ARRAY(SELECT 'membership in role ' OPERATOR(pg_catalog.||)
+                            pg_catalog.quote_ident(g.rolname)
+                     FROM pg_catalog.pg_auth_members m
+                     JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.roleid
+                     WHERE m.member OPERATOR(pg_catalog.=) a.oid
+                       AND NOT (a.rolname OPERATOR(pg_catalog.=) 'esrc_writer'
+                                AND g.rolname OPERATOR(pg_catalog.=) 'esrc_reader')
+                     ORDER BY g.rolname) AS extra
+        FROM pg_catalog.pg_roles a
+        WHERE a.rolname IN ('esrc_reader', 'esrc_writer')
+        ORDER BY a.rolname
+    LOOP
+        IF pg_catalog.cardinality(r.extra) OPERATOR(pg_catalog.>) 0 THEN
+            RAISE EXCEPTION 'role "%" already exists with rights esrc does not give it', r.rolname
+                USING ERRCODE = 'duplicate_object',
+                      DETAIL = pg_catalog.format('It has %s; every role granted %s would gain them.',
+                                                 pg_catalog.array_to_string(r.extra, ', '), r.rolname),
+                      HINT = pg_catalog.format('Remove them (ALTER ROLE %1$s NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOLOGIN, REVOKE ... FROM %1$s) or drop the role, then create the extension again.',
+                                               r.rolname);
+        END IF;
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'esrc_reader') THEN
         CREATE ROLE esrc_reader NOLOGIN;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'esrc_writer') THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'esrc_writer') THEN
         CREATE ROLE esrc_writer NOLOGIN;
     END IF;
 END

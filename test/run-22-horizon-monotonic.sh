@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# esrc.safe_position() never goes backwards: while ESRC_HORIZON_CLIENTS
+# (default 8) pgbench clients append single events to streams of their own
+# for ESRC_HORIZON_SECONDS (default 10), one reader session calls
+# safe_position() in a loop and compares every value it sees with the
+# highest one before it.  A second reader does the same with a new
+# transaction per call (read_all cursors are kept across transactions and
+# sessions).  Fails on any value lower than an earlier one, or when the
+# readers saw too little to mean anything.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+secs=${ESRC_HORIZON_SECONDS:-10}
+clients=${ESRC_HORIZON_CLIENTS:-8}
+dir=$(test_tmpdir horizon)
+port=$(free_port)
+reader_pids=()
+cleanup() {
+    for p in "${reader_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    pg_stop "$dir" immediate
+    [ -n "${KEEP:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+pg_start "$dir" "$port" "max_connections = 40"
+
+export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+psql -qX -v ON_ERROR_STOP=1 <<'SQL'
+CREATE EXTENSION esrc;
+-- every value the readers saw that is lower than the highest one before it
+CREATE TABLE horizon_drop (reader text, call bigint, value bigint, highest bigint);
+CREATE TABLE horizon_run (reader text, calls bigint, highest bigint);
+-- reader 1: one transaction, a call per loop
+CREATE PROCEDURE horizon_follow(seconds int) LANGUAGE plpgsql AS $$
+DECLARE
+    highest bigint := 0;
+    v bigint;
+    n bigint := 0;
+    deadline timestamptz := clock_timestamp() + make_interval(secs => seconds);
+BEGIN
+    WHILE clock_timestamp() < deadline LOOP
+        v := esrc.safe_position();
+        n := n + 1;
+        IF v < highest THEN
+            INSERT INTO horizon_drop VALUES ('one transaction', n, v, highest);
+        END IF;
+        highest := greatest(highest, v);
+    END LOOP;
+    INSERT INTO horizon_run VALUES ('one transaction', n, highest);
+END
+$$;
+-- reader 2: a transaction per call (COMMIT inside the procedure)
+CREATE PROCEDURE horizon_follow_xacts(seconds int) LANGUAGE plpgsql AS $$
+DECLARE
+    highest bigint := 0;
+    v bigint;
+    n bigint := 0;
+    deadline timestamptz := clock_timestamp() + make_interval(secs => seconds);
+BEGIN
+    WHILE clock_timestamp() < deadline LOOP
+        v := esrc.safe_position();
+        n := n + 1;
+        IF v < highest THEN
+            INSERT INTO horizon_drop VALUES ('transaction per call', n, v, highest);
+        END IF;
+        highest := greatest(highest, v);
+        COMMIT;
+    END LOOP;
+    INSERT INTO horizon_run VALUES ('transaction per call', n, highest);
+END
+$$;
+SQL
+
+cat >"$dir/append.pgbench" <<'EOF2'
+SELECT esrc.append('horizon-' || :client_id, 'Tick', '{}');
+EOF2
+
+log "$clients writers, 2 readers of esrc.safe_position(), ${secs}s"
+psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow($secs)" >"$dir/reader1.log" 2>&1 &
+reader_pids+=($!)
+psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow_xacts($secs)" >"$dir/reader2.log" 2>&1 &
+reader_pids+=($!)
+"$PG_BINDIR/pgbench" -n -c "$clients" -j 2 -T "$secs" -f "$dir/append.pgbench" \
+    >"$dir/pgbench.log" 2>&1 || { cat "$dir/pgbench.log"; die "pgbench failed"; }
+grep -E "^number of transactions actually processed" "$dir/pgbench.log" | sed 's/^/  /' >&2
+for p in "${reader_pids[@]}"; do
+    wait "$p" || { cat "$dir"/reader*.log; die "a reader failed"; }
+done
+reader_pids=()
+
+psql -qAtX -F ' ' -c "SELECT reader, calls, highest FROM horizon_run ORDER BY reader" \
+    | sed 's/^/  calls and highest value: /' >&2
+drops=$(psql -qAtX -c "SELECT count(*) FROM horizon_drop")
+if [ "$drops" != 0 ]; then
+    psql -qX -c "SELECT reader, count(*) AS drops, min(value) AS lowest,
+                        (array_agg(format('call %s: %s after %s', call, value, highest) ORDER BY call))[1:3] AS first
+                 FROM horizon_drop GROUP BY reader" >&2
+    die "esrc.safe_position() went backwards $drops times"
+fi
+# the readers must have watched the horizon move while appends were in flight
+weak=$(psql -qAtX -c "SELECT count(*) FROM horizon_run WHERE calls < 1000 OR highest < 1000")
+[ "$(psql -qAtX -c "SELECT count(*) FROM horizon_run")" = 2 ] || die "a reader did not report"
+[ "$weak" = 0 ] || die "the readers saw too little (fewer than 1000 calls or a horizon below 1000)"
+log "safe_position() never went backwards"
