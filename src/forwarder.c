@@ -64,6 +64,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 #include "utils/wait_event.h"
 
 #include "esrc.h"
@@ -894,7 +895,7 @@ static SPIPlanPtr mirror_plan = NULL;
 	"SELECT e.position, e.stream, e.version, e.type," \
 	" CASE WHEN s.position IS NULL THEN e.data END," \
 	" CASE WHEN s.position IS NULL THEN e.metadata END," \
-	" pg_catalog.uuid_out(e.id), e.recorded_at, e.category," \
+	" e.id, e.recorded_at, e.category," \
 	" s.position IS NOT NULL" \
 	" FROM esrc.events e LEFT JOIN esrc.forwarder_skips s" \
 	" ON s.position OPERATOR(pg_catalog.=) e.position" \
@@ -1028,7 +1029,9 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	}
 	if (rec->time == NULL)
 		rec->time = "";
-	rec->id = copy_text(slot->tts_values[6], NULL);
+	rec->id = MemoryContextStrdup(fill->cxt,
+								  DatumGetCString(DirectFunctionCall1(uuid_out,
+																	  slot->tts_values[6])));
 	fill->categories[fill->len] = copy_text(slot->tts_values[8], NULL);
 	fill->unsendable[fill->len] = unsendable ?
 		MemoryContextStrdup(fill->cxt, unsendable) : NULL;
