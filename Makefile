@@ -22,6 +22,12 @@ PG_CFLAGS   += -Werror
 endif
 SHLIB_LINK   = -lrdkafka
 
+# Test builds: make ESRC_TOPIC_CACHE_SIZE=8 lowers the forwarder's topic
+# cache (src/kafka.c) so that one batch can span more topics than it holds.
+ifdef ESRC_TOPIC_CACHE_SIZE
+PG_CPPFLAGS += -DESRC_TOPIC_CACHE_SIZE=$(ESRC_TOPIC_CACHE_SIZE)
+endif
+
 # pg_regress tests (sql/*.sql, expected/*.out); they need a server with
 # shared_preload_libraries = 'esrc', which test/all.sh provides.
 REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))

@@ -29,7 +29,7 @@
 PG_MODULE_MAGIC;
 
 /* GUC variables */
-int			esrc_max_event_size = 1024 * 1024;
+int			esrc_max_event_size = ESRC_DEFAULT_MAX_EVENT_SIZE;
 
 EsrcSharedState *esrc_shared = NULL;
 
@@ -54,10 +54,10 @@ _PG_init(void)
 				 errhint("Add esrc to shared_preload_libraries in postgresql.conf and restart the server.")));
 
 	DefineCustomIntVariable("esrc.max_event_size",
-							"Largest accepted size of one event's data plus metadata.",
-							"Appends of larger events fail with SQLSTATE 54000.",
+							"Largest accepted size of one event's data plus metadata, both as stored jsonb and as JSON text.",
+							"Appends of larger events fail with SQLSTATE 54000. The default, 960 kB, leaves room for the key and headers below librdkafka's default message.max.bytes of 1,000,000 bytes, so that every event can be forwarded to Kafka.",
 							&esrc_max_event_size,
-							1024 * 1024,
+							ESRC_DEFAULT_MAX_EVENT_SIZE,
 							1,
 							MaxAllocSize / 2,
 							PGC_SUSET,

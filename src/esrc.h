@@ -20,10 +20,18 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
+#include "utils/jsonb.h"
 
 /* Limits on names; documented in README.md ("Limits"). */
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
 #define ESRC_MAX_TYPE_NAME		256		/* bytes */
+
+/*
+ * Default of esrc.max_event_size: 960 kB, below librdkafka's default
+ * message.max.bytes (1,000,000 bytes for key, value and headers, and the
+ * metadata travels as a header) with room for the key and headers.
+ */
+#define ESRC_DEFAULT_MAX_EVENT_SIZE	(960 * 1024)
 
 /* GUC variables (esrc.c) */
 extern int	esrc_max_event_size;
@@ -93,6 +101,10 @@ extern void esrc_require_shared(void);
 /* forwarder.c */
 extern void esrc_forwarder_init(void);
 extern void esrc_forwarder_shmem_init(void);
+/* forwarder.c: what an append may hold when this database is forwarded */
+extern Size esrc_forwarder_event_limit(void);
+extern void esrc_forwarder_refuse_size(int index, Size limit);
+extern void esrc_forwarder_check_category(const char *category);
 
 /* order.c */
 extern Size esrc_order_shmem_size(void);
@@ -122,6 +134,9 @@ extern struct EState *esrc_make_write_estate(struct RelationData *rel,
 											 struct ResultRelInfo **rri);
 extern void esrc_free_write_estate(struct EState *estate,
 								   struct ResultRelInfo *rri);
+
+/* append.c: the length of a jsonb value as JSON text, stopping past limit */
+extern Size esrc_jsonb_text_size(Jsonb *jb, Size limit);
 
 /* append.c: input checks shared with read.c */
 extern char *esrc_check_name(text *value, const char *what, int maxlen);

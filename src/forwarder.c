@@ -64,6 +64,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 #include "utils/wait_event.h"
 
 #include "esrc.h"
@@ -206,59 +207,217 @@ check_database(char **newval, void **extra, GucSource source)
 }
 
 /*
- * The topic of a category: the template with every "{category}" replaced.
- * Returns false when the template has another "{...}" or "}".
+ * The topic of a category: the template with every "{category}" replaced,
+ * into out (outlen bytes, always NUL-terminated).  TOPIC_BAD_TEMPLATE when
+ * the template has another "{...}" or "}"; TOPIC_TOO_LONG (out is then "")
+ * as soon as the name would not fit, so that no byte of out is ever left
+ * unwritten: a longer name is not a Kafka topic name anyway.
  */
-static bool
+typedef enum TopicExpansion
+{
+	TOPIC_OK,
+	TOPIC_BAD_TEMPLATE,
+	TOPIC_TOO_LONG
+} TopicExpansion;
+
+/* room for any expansion worth checking: Kafka allows 249 bytes */
+#define TOPIC_BUF_LEN	512
+
+static TopicExpansion
 expand_topic(const char *template, const char *category, char *out, size_t outlen)
 {
 	const char *p = template;
 	size_t		n = 0;
 	size_t		clen = strlen(category);
 
+	Assert(outlen > 0);
+	out[0] = '\0';
 	while (*p)
 	{
 		if (*p == '{')
 		{
 			if (strncmp(p, "{category}", 10) != 0)
-				return false;
-			if (n + clen < outlen)
-				memcpy(out + n, category, clen);
+				return TOPIC_BAD_TEMPLATE;
+			if (n + clen >= outlen)
+			{
+				out[0] = '\0';
+				return TOPIC_TOO_LONG;
+			}
+			memcpy(out + n, category, clen);
 			n += clen;
 			p += 10;
 		}
 		else if (*p == '}')
-			return false;
+			return TOPIC_BAD_TEMPLATE;
 		else
 		{
-			if (n + 1 < outlen)
-				out[n] = *p;
-			n++;
-			p++;
+			if (n + 1 >= outlen)
+			{
+				out[0] = '\0';
+				return TOPIC_TOO_LONG;
+			}
+			out[n++] = *p++;
 		}
+		out[n] = '\0';
 	}
-	if (n >= outlen)
-		n = outlen - 1;			/* too long: the name check refuses it */
-	out[n] = '\0';
-	return true;
+	return TOPIC_OK;
 }
 
 static bool
 check_topic_template(char **newval, void **extra, GucSource source)
 {
-	char		sample[512];
+	char		sample[TOPIC_BUF_LEN];
+	TopicExpansion ex = TOPIC_BAD_TEMPLATE;
 
-	if (*newval == NULL || !expand_topic(*newval, "c", sample, sizeof(sample)))
+	if (*newval != NULL)
+		ex = expand_topic(*newval, "c", sample, sizeof(sample));
+	if (ex == TOPIC_BAD_TEMPLATE)
 	{
 		GUC_check_errdetail("The only placeholder allowed is {category}.");
 		return false;
 	}
-	if (!esrc_kafka_valid_topic_name(sample))
+	if (ex == TOPIC_TOO_LONG || !esrc_kafka_valid_topic_name(sample))
 	{
 		GUC_check_errdetail("Topic names consist of 1 to 249 of the characters a-z, A-Z, 0-9, \".\", \"_\" and \"-\".");
 		return false;
 	}
 	return true;
+}
+
+/* ----------------------------------------------------------------
+ * Checks at append time (any backend)
+ *
+ * An event the forwarder could never deliver blocks every event after it
+ * (see "poison" in docs/forwarder.md), so when this database is forwarded
+ * appends refuse such events up front.  These run on the append path:
+ * they only read the GUCs (PGC_SIGHUP, so every backend has them) and a
+ * few per-backend copies, and cost a string comparison or two per append.
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Bytes of a Kafka record kept for everything but data and metadata: the
+ * key (the stream, at most 512 bytes) and the other headers (the stream
+ * twice more, the type up to 256 bytes, ce_source, id, time, ...) take at
+ * most about 2.3 kB (kafka.c, produce_record).
+ */
+#define RECORD_RESERVE	4096
+
+/* librdkafka's default message.max.bytes */
+#define DEFAULT_MESSAGE_MAX_BYTES 1000000
+
+/* Is this database the one the forwarder serves, with brokers set? */
+static bool
+forwarded_here(void)
+{
+	static char mydb[NAMEDATALEN];
+
+	if (esrc_kafka_brokers == NULL || esrc_kafka_brokers[0] == '\0' ||
+		esrc_database == NULL)
+		return false;
+	if (mydb[0] == '\0')
+	{
+		/* a database cannot be renamed while we are connected to it */
+		char	   *name = get_database_name(MyDatabaseId);
+
+		if (name == NULL)
+			return false;
+		strlcpy(mydb, name, sizeof(mydb));
+	}
+	return strcmp(mydb, esrc_database) == 0;
+}
+
+static bool
+find_message_max_bytes(const char *name, const char *value, void *arg)
+{
+	if (strcmp(name, "message.max.bytes") == 0)
+	{
+		char	   *end;
+		long		v;
+
+		errno = 0;
+		v = strtol(value, &end, 10);
+		if (errno == 0 && end != value && *end == '\0' && v > 0 && v <= INT_MAX)
+			*(int *) arg = (int) v;
+	}
+	return true;
+}
+
+/* The producer's message.max.bytes, from esrc.kafka_properties. */
+static int
+message_max_bytes(void)
+{
+	static char *parsed = NULL;	/* the properties last parsed */
+	static int	value = DEFAULT_MESSAGE_MAX_BYTES;
+	const char *props = esrc_kafka_properties ? esrc_kafka_properties : "";
+	const char *errpos;
+
+	if (parsed == NULL || strcmp(parsed, props) != 0)
+	{
+		value = DEFAULT_MESSAGE_MAX_BYTES;
+		if (esrc_kafka_parse_properties(props, find_message_max_bytes, &value, &errpos) != 0)
+			value = DEFAULT_MESSAGE_MAX_BYTES;
+		if (parsed)
+			pfree(parsed);
+		parsed = MemoryContextStrdup(TopMemoryContext, props);
+	}
+	return value;
+}
+
+/*
+ * The largest data plus metadata, as JSON text, that one Kafka record of
+ * this database can carry; 0 when this database is not forwarded.
+ */
+Size
+esrc_forwarder_event_limit(void)
+{
+	int			max;
+
+	if (!forwarded_here())
+		return 0;
+	max = message_max_bytes();
+	return max > RECORD_RESERVE ? (Size) (max - RECORD_RESERVE) : 1;
+}
+
+void
+esrc_forwarder_refuse_size(int index, Size limit)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("event %d is too large to forward to Kafka", index),
+			 errdetail("Its data and metadata take more than %zu bytes as JSON text: the Kafka producer's message.max.bytes (%d) less %d bytes kept for the key and headers.",
+					   limit, message_max_bytes(), RECORD_RESERVE),
+			 errhint("Store large payloads elsewhere and put a reference in the event, or raise message.max.bytes in esrc.kafka_properties (and the brokers' limit).")));
+}
+
+/*
+ * Refuse an append to a category whose topic name (esrc.kafka_topic) is
+ * not a Kafka topic name, when this database is forwarded.
+ */
+void
+esrc_forwarder_check_category(const char *category)
+{
+	char		name[TOPIC_BUF_LEN];
+	TopicExpansion ex;
+
+	if (!forwarded_here())
+		return;
+	ex = expand_topic(esrc_kafka_topic_template, category, name, sizeof(name));
+	if (ex == TOPIC_TOO_LONG ||
+		(ex == TOPIC_OK && strlen(name) > 249))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("category cannot be forwarded to Kafka: its topic name would be too long"),
+				 errdetail("The topic name (esrc.kafka_topic is \"%s\") would be longer than the 249 bytes Kafka allows; the category has %zu bytes.",
+						   esrc_kafka_topic_template, strlen(category)),
+				 errhint("Use a shorter category: the part of the stream name before the first \"-\".")));
+	if (ex != TOPIC_OK || !esrc_kafka_valid_topic_name(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("category \"%s\" cannot be forwarded to Kafka", category),
+				 errdetail("Its topic name \"%s\" (from esrc.kafka_topic) is not a Kafka topic name: topic names consist of 1 to 249 of the characters a-z, A-Z, 0-9, \".\", \"_\" and \"-\".",
+						   name),
+				 errhint("Use a stream name whose category (the part before the first \"-\") consists of those characters.")));
 }
 
 static bool
@@ -567,6 +726,8 @@ typedef struct Batch
 	MemoryContext cxt;			/* everything the batch points to */
 	EsrcKafkaRecord *recs;
 	char	  **categories;		/* per record, for its topic */
+	const char **unsendable;	/* per record: why it cannot be sent as it
+								 * is (a poison record), NULL = it can */
 	int			len;
 	int64		bytes;			/* text bytes copied so far */
 	bool		held;			/* open appends held the horizon back */
@@ -722,13 +883,33 @@ static double wal_flush_ms = 0;	/* for the DEBUG1 statistics */
 static SPIPlanPtr state_plan = NULL;
 static SPIPlanPtr mirror_plan = NULL;
 
+/*
+ * Skipped events are read without their data and metadata, so that no
+ * skipped event is ever converted; data and metadata come as jsonb and
+ * are converted here (batch_receive), one event at a time, so that an
+ * event that cannot be converted blocks forwarding as a poison record
+ * instead of failing the read of the whole batch.  Operators and
+ * functions are schema-qualified: the worker runs as a superuser.
+ */
 #define BATCH_SQL \
-	"SELECT e.position, e.stream, e.version, e.type, e.data::text," \
-	" e.metadata::text, e.id::text, e.recorded_at, e.category," \
+	"SELECT e.position, e.stream, e.version, e.type," \
+	" CASE WHEN s.position IS NULL THEN e.data END," \
+	" CASE WHEN s.position IS NULL THEN e.metadata END," \
+	" e.id, e.recorded_at, e.category," \
 	" s.position IS NOT NULL" \
-	" FROM esrc.events e LEFT JOIN esrc.forwarder_skips s ON s.position = e.position" \
-	" WHERE e.position > $1 AND e.position <= $2" \
+	" FROM esrc.events e LEFT JOIN esrc.forwarder_skips s" \
+	" ON s.position OPERATOR(pg_catalog.=) e.position" \
+	" WHERE e.position OPERATOR(pg_catalog.>) $1" \
+	" AND e.position OPERATOR(pg_catalog.<=) $2" \
 	" ORDER BY e.position LIMIT $3"
+
+/*
+ * The largest data plus metadata, as JSON text, that the worker converts:
+ * the largest esrc.max_event_size, which appends check against the text
+ * size.  Events stored before that check (0.1.0) may expand to more, up
+ * to what jsonb_out() cannot build at all (1 GB); they are poison records.
+ */
+#define MAX_RECORD_TEXT	(MaxAllocSize / 2)
 
 /* A DestReceiver that copies rows into the batch and stops at BATCH_BYTES. */
 typedef struct BatchReceiver
@@ -752,18 +933,48 @@ copy_text(Datum d, int *len)
 	return s;
 }
 
-/* RFC 3339 in UTC with microseconds: 2024-05-01T12:34:56.789012Z */
+/*
+ * jb as JSON text, built in the batch's memory with room for exactly its
+ * text (esrc_jsonb_text_size), so that it is written once.  *room is what
+ * is left of MAX_RECORD_TEXT for this event; NULL when jb's text would
+ * not fit in it.
+ */
+static char *
+json_text(Datum d, int *len, Size *room)
+{
+	Jsonb	   *jb = DatumGetJsonbP(d);
+	Size		size = esrc_jsonb_text_size(jb, *room);
+	StringInfoData buf;
+
+	if (size > *room)
+		return NULL;
+	*room -= size;
+	buf.data = MemoryContextAlloc(fill->cxt, size + 1);
+	buf.maxlen = size + 1;
+	buf.len = 0;
+	buf.data[0] = '\0';
+	buf.cursor = 0;
+	(void) JsonbToCString(&buf, &jb->root, size);
+	if (len)
+		*len = buf.len;
+	fill->bytes += buf.len;
+	return buf.data;
+}
+
+/* RFC 3339 in UTC with microseconds: 2024-05-01T12:34:56.789012Z; NULL
+ * for a time that has no such form (infinity, out of range) */
 static char *
 format_time(TimestampTz ts)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
-	char	   *s = MemoryContextAlloc(fill->cxt, 40);
+	char	   *s;
 
-	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("timestamp out of range")));
+	if (TIMESTAMP_NOT_FINITE(ts) ||
+		timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0 ||
+		tm.tm_year < 1 || tm.tm_year > 9999)
+		return NULL;
+	s = MemoryContextAlloc(fill->cxt, 40);
 	snprintf(s, 40, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
 			 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min,
 			 tm.tm_sec, (int) fsec);
@@ -776,7 +987,7 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	BatchReceiver *r = (BatchReceiver *) self;
 	EsrcKafkaRecord *rec;
 	MemoryContext old;
-	bool		isnull;
+	const char *unsendable = NULL;
 
 	if (fill->len > 0 && fill->bytes >= BATCH_BYTES)
 		return false;
@@ -789,13 +1000,41 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	rec->stream = copy_text(slot->tts_values[1], &rec->stream_len);
 	rec->version = DatumGetInt64(slot->tts_values[2]);
 	rec->type = copy_text(slot->tts_values[3], NULL);
-	rec->data = copy_text(slot->tts_values[4], &rec->data_len);
-	isnull = slot->tts_isnull[5];
-	rec->metadata = isnull ? NULL : copy_text(slot->tts_values[5], NULL);
-	rec->id = copy_text(slot->tts_values[6], NULL);
-	rec->time = format_time(DatumGetTimestampTz(slot->tts_values[7]));
-	fill->categories[fill->len] = copy_text(slot->tts_values[8], NULL);
 	rec->skip = DatumGetBool(slot->tts_values[9]);
+	rec->data = "";
+	if (!rec->skip)
+	{
+		Size		room = MAX_RECORD_TEXT;
+
+		/* null only for skipped events (BATCH_SQL); data is NOT NULL */
+		if (!slot->tts_isnull[4])
+			rec->data = json_text(slot->tts_values[4], &rec->data_len, &room);
+		if (rec->data != NULL && !slot->tts_isnull[5])
+		{
+			rec->metadata = json_text(slot->tts_values[5], NULL, &room);
+			if (rec->metadata == NULL)
+				rec->data = NULL;
+		}
+		if (rec->data == NULL)
+		{
+			rec->data = "";
+			rec->data_len = 0;
+			rec->metadata = NULL;
+			unsendable = psprintf("its data and metadata take more than %zu bytes as JSON text",
+								  (Size) MAX_RECORD_TEXT);
+		}
+		rec->time = format_time(DatumGetTimestampTz(slot->tts_values[7]));
+		if (rec->time == NULL && unsendable == NULL)
+			unsendable = "its recorded_at has no RFC 3339 form";
+	}
+	if (rec->time == NULL)
+		rec->time = "";
+	rec->id = MemoryContextStrdup(fill->cxt,
+								  DatumGetCString(DirectFunctionCall1(uuid_out,
+																	  slot->tts_values[6])));
+	fill->categories[fill->len] = copy_text(slot->tts_values[8], NULL);
+	fill->unsendable[fill->len] = unsendable ?
+		MemoryContextStrdup(fill->cxt, unsendable) : NULL;
 	fill->len++;
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(r->row_cxt);
@@ -969,6 +1208,7 @@ read_log(Batch *b, bool want_batch, int64 after)
 
 		b->recs = MemoryContextAlloc(b->cxt, sizeof(EsrcKafkaRecord) * esrc_kafka_batch_size);
 		b->categories = MemoryContextAlloc(b->cxt, sizeof(char *) * esrc_kafka_batch_size);
+		b->unsendable = MemoryContextAlloc(b->cxt, sizeof(char *) * esrc_kafka_batch_size);
 		memset(&recv, 0, sizeof(recv));
 		recv.pub.receiveSlot = batch_receive;
 		recv.pub.rStartup = batch_startup;
@@ -1087,31 +1327,49 @@ connect_kafka(void)
 
 /*
  * Look up (creating if need be) the topic of every record of b; on the
- * first record whose topic cannot be used, cut there.  Returns the status
- * of that topic (OK when all are usable) and in *usable how many records
- * can be sent.
+ * first record that cannot be sent (its topic cannot be used, or it could
+ * not be converted, see batch_receive), cut there.  Returns the status of
+ * that record (OK when all are usable) and in *usable how many records
+ * can be sent.  Nothing of b is in flight here: kafka.c may first evict
+ * topic handles that no batch in flight uses, and the records of b hold
+ * handles of this pass only.
  */
 static EsrcKafkaStatus
 resolve_topics(Batch *b, int *usable, char *err, size_t errlen)
 {
 	int			i;
 
+	esrc_kafka_trim_topics(kafka);
+	for (i = 0; i < b->len; i++)
+		b->recs[i].topic = NULL;
 	for (i = 0; i < b->len; i++)
 	{
-		char		name[512];
+		char		name[TOPIC_BUF_LEN];
 		EsrcKafkaStatus st;
+		TopicExpansion ex;
 
-		if (!expand_topic(cfg.topic, b->categories[i], name, sizeof(name)))
-			strlcpy(name, "", sizeof(name));	/* refused by the name check */
+		if (b->recs[i].skip)
+			continue;			/* not sent anywhere: no topic needed */
+		if (b->unsendable[i] != NULL)
+		{
+			snprintf(err, errlen, "cannot forward event at position " INT64_FORMAT " (stream \"%.200s\"): %s",
+					 b->recs[i].position, b->recs[i].stream, b->unsendable[i]);
+			*usable = i;
+			return ESRC_KAFKA_POISON;
+		}
+		ex = expand_topic(cfg.topic, b->categories[i], name, sizeof(name));
+		if (ex == TOPIC_TOO_LONG)
+		{
+			snprintf(err, errlen, "cannot forward event at position " INT64_FORMAT " (stream \"%.200s\"): its topic name would be longer than Kafka allows (249 bytes)",
+					 b->recs[i].position, b->recs[i].stream);
+			*usable = i;
+			return ESRC_KAFKA_POISON;
+		}
+		if (ex != TOPIC_OK)
+			name[0] = '\0';	/* refused by the name check */
 		st = esrc_kafka_topic(kafka, name, &b->recs[i].topic, err, errlen);
 		if (st != ESRC_KAFKA_OK)
 		{
-			if (b->recs[i].skip)
-			{
-				/* skipped records are not sent anywhere */
-				b->recs[i].topic = NULL;
-				continue;
-			}
 			*usable = i;
 			return st;
 		}

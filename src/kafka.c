@@ -65,13 +65,22 @@
 
 #define MAX_TOPIC_NAME		249		/* Kafka's limit */
 #define MAX_PRODUCERS		2
-#define MAX_CACHED_TOPICS	1024
+
+/*
+ * Topic handles kept between batches.  A batch may use more (they are
+ * evicted only between batches, esrc_kafka_trim_topics); a test build
+ * lowers it (make ESRC_TOPIC_CACHE_SIZE=8, test/run-45-forward-topic-cache.sh).
+ */
+#ifndef ESRC_TOPIC_CACHE_SIZE
+#define ESRC_TOPIC_CACHE_SIZE	1024
+#endif
 
 struct EsrcKafkaTopic
 {
 	char		name[MAX_TOPIC_NAME + 1];	/* hash key */
 	rd_kafka_topic_t *rkt[MAX_PRODUCERS];	/* one per producer */
 	bool		exists;			/* seen in metadata or created by us */
+	bool		pinned;			/* used by a batch in flight (trim) */
 };
 
 /*
@@ -879,21 +888,14 @@ esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
 	}
 	if (t == NULL)
 	{
-		/* bounded cache: start afresh when it is full */
-		if (hash_get_num_entries(k->topics) >= MAX_CACHED_TOPICS)
-		{
-			HASH_SEQ_STATUS seq;
-			EsrcKafkaTopic *old;
-
-			hash_seq_init(&seq, k->topics);
-			while ((old = hash_seq_search(&seq)) != NULL)
-			{
-				topic_destroy(k, old);
-				hash_search(k->topics, old->name, HASH_REMOVE, NULL);
-			}
-		}
+		/*
+		 * Never evict here: records resolved earlier in this pass point at
+		 * the cached entries (esrc_kafka_trim_topics does it between
+		 * batches).
+		 */
 		t = hash_search(k->topics, key, HASH_ENTER, &found);
 		t->exists = false;
+		t->pinned = false;
 		for (i = 0; i < k->nrk; i++)
 		{
 			t->rkt[i] = rd_kafka_topic_new(k->rks[i], name, NULL);
@@ -921,6 +923,50 @@ esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
 	t->exists = true;
 	*topic = t;
 	return ESRC_KAFKA_OK;
+}
+
+/*
+ * Keep the topic cache bounded: when it holds more than
+ * ESRC_TOPIC_CACHE_SIZE handles, drop every handle that no batch in flight
+ * uses.  Called before the topics of a batch are resolved (forwarder.c,
+ * resolve_topics), which is the only time no record outside the batches
+ * in flight points at an entry: a record's topic is a pointer to its
+ * entry, so evicting during a pass (what this did before 0.2.0, on the
+ * 1,025th topic) sent records resolved earlier in the pass to the topic
+ * that took over their entry, or through a destroyed handle.
+ */
+void
+esrc_kafka_trim_topics(EsrcKafka *k)
+{
+	HASH_SEQ_STATUS seq;
+	EsrcKafkaTopic *t;
+	int			p;
+	int			i;
+
+	if (k == NULL || hash_get_num_entries(k->topics) <= ESRC_TOPIC_CACHE_SIZE)
+		return;
+	hash_seq_init(&seq, k->topics);
+	while ((t = hash_seq_search(&seq)) != NULL)
+		t->pinned = false;
+	for (p = 0; p < MAX_PRODUCERS; p++)
+	{
+		TxnSlot    *slot = &k->slots[p];
+
+		if (!slot->in_flight || slot->recs == NULL)
+			continue;
+		for (i = 0; i < slot->nrecs; i++)
+			if (slot->recs[i].topic != NULL)
+				slot->recs[i].topic->pinned = true;
+	}
+	hash_seq_init(&seq, k->topics);
+	while ((t = hash_seq_search(&seq)) != NULL)
+	{
+		if (t->pinned)
+			continue;
+		topic_destroy(k, t);
+		/* dynahash allows removing the entry just returned */
+		hash_search(k->topics, t->name, HASH_REMOVE, NULL);
+	}
 }
 
 /* ----------------------------------------------------------------

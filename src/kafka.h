@@ -96,6 +96,7 @@ extern void esrc_kafka_poll(EsrcKafka *k);
 extern EsrcKafkaStatus esrc_kafka_topic(EsrcKafka *k, const char *name,
 										EsrcKafkaTopic **topic,
 										char *err, size_t errlen);
+extern void esrc_kafka_trim_topics(EsrcKafka *k);
 extern EsrcKafkaStatus esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs,
 										int nrecs, int *poison,
 										char *err, size_t errlen);

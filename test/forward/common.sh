@@ -148,3 +148,16 @@ fwd_stop_all() {
     [ -n "$FWD_KDIR" ] && [ -f "$FWD_KDIR/port" ] && "$FWD_KAFKA/broker.sh" stop "$FWD_KDIR" >/dev/null 2>&1
     return 0
 }
+
+# fwd_plant STREAM TYPE DATA-SQL [RECORDED-AT-SQL]: write an event into
+# esrc.events directly, as the superuser, bypassing esrc.append's checks:
+# what a log written by 0.1.0 may hold (an event too large as text, a
+# category without a valid topic name).  Pause the forwarder around it:
+# without esrc.append the in-flight registry does not cover the row.
+fwd_plant() {
+    fwd_sql "INSERT INTO esrc.events (position, stream, version, type, data, id, recorded_at, category)
+             SELECT nextval('esrc.position_seq'), '$1',
+                    coalesce((SELECT max(version) + 1 FROM esrc.events WHERE stream = '$1'), 0),
+                    '$2', $3, gen_random_uuid(), ${4:-now()}, split_part('$1', '-', 1)
+             RETURNING position"
+}
