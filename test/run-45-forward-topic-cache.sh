@@ -19,7 +19,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 restore() {
     fwd_stop_all
     log "installing the normal build again"
-    make -C "$ESRC_ROOT" -s >/dev/null && as_root make -C "$ESRC_ROOT" -s install >/dev/null
+    make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" >/dev/null && as_root make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap restore EXIT
@@ -29,8 +29,8 @@ log "building with ESRC_TOPIC_CACHE_SIZE=8"
 mkdir -p "$dir/build"
 cp -r "$ESRC_ROOT/Makefile" "$ESRC_ROOT/esrc.control" "$ESRC_ROOT/src" "$dir/build/"
 cp "$ESRC_ROOT"/esrc--*--*.sql "$dir/build/" 2>/dev/null || true
-make -C "$dir/build" -s ESRC_TOPIC_CACHE_SIZE=8 >/dev/null
-as_root make -C "$dir/build" -s ESRC_TOPIC_CACHE_SIZE=8 install >/dev/null
+make -C "$dir/build" -s PG_CONFIG="$PG_CONFIG" ESRC_TOPIC_CACHE_SIZE=8 >/dev/null
+as_root make -C "$dir/build" -s PG_CONFIG="$PG_CONFIG" ESRC_TOPIC_CACHE_SIZE=8 install >/dev/null
 
 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"
