@@ -18,7 +18,9 @@
 # p50/p99 in ms and, for every read, the ratio of its p50 to its p50 at
 # 100k events measured in the same run (the target: within 1.5x at the
 # largest size).  Appends are compared with a plain INSERT into
-# plain_events at the same size instead.  The queries:
+# plain_events at the same size instead.  Also prints the shared buffers
+# each call touched (pg_stat_statements): the work done, which the noise of
+# a shared machine does not change.  The queries:
 #   append          esrc.append of one event to a random c* stream
 #   insert          INSERT of the same row into plain_events  (baseline)
 #   read_stream     read_stream(random c* stream, random version, 100)
@@ -46,13 +48,15 @@ ensure_deps
 dir=$(test_tmpdir bench-scale)
 port=$(free_port)
 trap 'pg_stop "$dir" immediate; rm -rf "$dir"' EXIT
-pg_start "$dir" "$port" "shared_buffers = 512MB" "max_wal_size = 8GB" "synchronous_commit = off" \
-    "checkpoint_timeout = 30min"
+pg_start "$dir" "$port" "shared_buffers = 1GB" "max_wal_size = 8GB" "synchronous_commit = off" \
+    "checkpoint_timeout = 30min" "shared_preload_libraries = 'esrc, pg_stat_statements'" \
+    "pg_stat_statements.track = top"
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
 pad=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
 psql -qX -v ON_ERROR_STOP=1 >/dev/null <<SQL
 CREATE EXTENSION esrc;
+CREATE EXTENSION pg_stat_statements;
 CREATE TABLE plain_events (
     position bigint NOT NULL PRIMARY KEY, stream text NOT NULL, version bigint NOT NULL,
     type text NOT NULL, data jsonb NOT NULL, metadata jsonb, id uuid NOT NULL UNIQUE,
@@ -133,10 +137,13 @@ SELECT esrc.rebuild_snapshot('snap_rare');
 SQL
 }
 
-# measure NAME: p50 and p99 of one pgbench run, in ms, as "p50 p99"
+# measure NAME: p50 and p99 of one pgbench run, in ms, the number of
+# transactions and the shared buffers they touched (hit or read, from
+# pg_stat_statements) per transaction, as "p50 p99 n buffers"
 measure() {
-    local name=$1
+    local name=$1 stats
     rm -f "$dir/logs/$name".*
+    psql -qAtX -c "SELECT pg_stat_statements_reset()" >/dev/null
     "$PG_BINDIR/pgbench" -n -c 1 -T "$secs" -M prepared -f "$dir/scripts/$name" \
         -l --log-prefix="$dir/logs/$name" >"$dir/pgbench.out" 2>&1 \
         || { cat "$dir/pgbench.out"; die "pgbench failed for $name"; }
@@ -144,12 +151,16 @@ measure() {
 import sys, statistics
 lat = sorted(int(l.split()[2]) / 1000.0 for l in sys.stdin if l.strip())
 q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))]
-print("%.3f %.3f %d" % (statistics.median(lat), q(0.99), len(lat)))'
+print("%.3f %.3f %d" % (statistics.median(lat), q(0.99), len(lat)))' >"$dir/stats"
+    read -r a b c <"$dir/stats"
+    stats=$(psql -qAtX -c "SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)
+                           FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'")
+    echo "$a $b $c $(python3 -c "print('%.1f' % ($stats / $c))")"
 }
 
 reads=(read_stream read_all read_cat_big read_cat_tiny load snapshot_at create_tiny rebuild_tiny)
 big_only=" read_stream read_all read_cat_big load snapshot_at "
-declare -A p50 p99 n
+declare -A p50 p99 n bufs
 echo "bench/scale: sizes ${sizes[*]}, ${secs}s per query, 1 client, $(nproc) cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for size in "${sizes[@]}"; do
@@ -164,8 +175,8 @@ for size in "${sizes[@]}"; do
         if [ "$size" = 0 ] && [[ "$big_only" == *" $name "* || $name == append || $name == insert ]]; then
             continue
         fi
-        read -r a b c < <(measure "$name")
-        p50[$size,$name]=$a; p99[$size,$name]=$b; n[$size,$name]=$c
+        read -r a b c d < <(measure "$name")
+        p50[$size,$name]=$a; p99[$size,$name]=$b; n[$size,$name]=$c; bufs[$size,$name]=$d
     done
 done
 
@@ -194,4 +205,13 @@ for size in "${sizes[@]}"; do
     [ -n "${p50[$size,insert]:-}" ] && printf ' %30s' "${p50[$size,insert]}/${p99[$size,insert]} (${n[$size,insert]})" || printf ' %30s' "-"
 done
 echo
+echo
+echo "shared buffers touched per call (hit or read; pg_stat_statements), a measure of"
+echo "work that machine noise does not change:"
+printf '%-14s' "query"; for size in "${sizes[@]}"; do printf ' %16s' "$size events"; done; echo
+for name in append insert "${reads[@]}"; do
+    printf '%-14s' "$name"
+    for size in "${sizes[@]}"; do printf ' %16s' "${bufs[$size,$name]:--}"; done
+    echo
+done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
