@@ -70,3 +70,13 @@ SELECT version, data FROM esrc.read_category('scaletiny', :p0 + 3);
 
 RESET plan_cache_mode;
 SELECT esrc.drop_snapshot('scale_tiny');
+
+-- the index scans would bypass row-level security on esrc.events: refused
+CREATE ROLE esrc_rls_reader IN ROLE esrc_reader;
+ALTER TABLE esrc.events ENABLE ROW LEVEL SECURITY;
+SET ROLE esrc_rls_reader;
+SELECT count(*) FROM esrc.read_stream('scaletiny-1');
+SELECT count(*) FROM esrc.read_category('scaletiny');
+RESET ROLE;
+ALTER TABLE esrc.events DISABLE ROW LEVEL SECURITY;
+DROP ROLE esrc_rls_reader;
