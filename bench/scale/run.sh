@@ -20,7 +20,9 @@
 # largest size).  Appends are compared with a plain INSERT into
 # plain_events at the same size instead.  Also prints the shared buffers
 # each call touched (pg_stat_statements): the work done, which the noise of
-# a shared machine does not change.  The queries:
+# a shared machine does not change, and how many of them missed
+# shared_buffers: reads at random positions of a log larger than
+# shared_buffers miss it more often as the log grows, whatever the plan.  The queries:
 #   append          esrc.append of one event to a random c* stream
 #   insert          INSERT of the same row into plain_events  (baseline)
 #   read_stream     read_stream(random c* stream, random version, 100)
@@ -153,9 +155,10 @@ lat = sorted(int(l.split()[2]) / 1000.0 for l in sys.stdin if l.strip())
 q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))]
 print("%.3f %.3f %d" % (statistics.median(lat), q(0.99), len(lat)))' >"$dir/stats"
     read -r a b c <"$dir/stats"
-    stats=$(psql -qAtX -c "SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)
+    stats=$(psql -qAtX -F ' ' -c "SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0),
+                                  coalesce(sum(shared_blks_read), 0)
                            FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'")
-    echo "$a $b $c $(python3 -c "print('%.1f' % ($stats / $c))")"
+    echo "$a $b $c $(python3 -c "t, r = map(int, '$stats'.split()); print('%.1f(%.1f)' % (t / $c, r / $c))")"
 }
 
 reads=(read_stream read_all read_cat_big read_cat_tiny load snapshot_at create_tiny rebuild_tiny)
@@ -207,11 +210,12 @@ done
 echo
 echo
 echo "shared buffers touched per call (hit or read; pg_stat_statements), a measure of"
-echo "work that machine noise does not change:"
-printf '%-14s' "query"; for size in "${sizes[@]}"; do printf ' %16s' "$size events"; done; echo
+echo "work that machine noise does not change, and in parentheses those of them that"
+echo "were not in shared_buffers (read from the OS):"
+printf '%-14s' "query"; for size in "${sizes[@]}"; do printf ' %18s' "$size events"; done; echo
 for name in append insert "${reads[@]}"; do
     printf '%-14s' "$name"
-    for size in "${sizes[@]}"; do printf ' %16s' "${bufs[$size,$name]:--}"; done
+    for size in "${sizes[@]}"; do printf ' %18s' "${bufs[$size,$name]:--}"; done
     echo
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
