@@ -5,7 +5,8 @@
  *
  * esrc.c owns the module (GUCs, shared memory); order.c owns the
  * registry of in-flight appends and the safe read horizon; append.c owns
- * the version-checked write path; read.c owns the read functions;
+ * the version-checked write path; read.c owns the read functions and
+ * the index scans of the log;
  * forwarder.c owns the Kafka forwarder (its GUCs, background worker and
  * status), with the librdkafka glue in kafka.c.
  *
@@ -16,11 +17,13 @@
 
 #include "postgres.h"
 
+#include "access/sdir.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
+#include "utils/snapshot.h"
 
 /* Limits on names; documented in README.md ("Limits"). */
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
@@ -141,6 +144,26 @@ extern Size esrc_jsonb_text_size(Jsonb *jb, Size limit);
 /* append.c: input checks shared with read.c */
 extern char *esrc_check_name(text *value, const char *what, int maxlen);
 extern char *esrc_stream_category(const char *stream);
+
+/*
+ * read.c: index scans of esrc.events, for the read functions and for
+ * snapshot.c's replays.  The first ESRC_EVENT_NATTS columns of esrc.events
+ * are the columns of the row type esrc.event.
+ */
+#define ESRC_EVENT_NATTS 8
+typedef enum EsrcLogOrder
+{
+	ESRC_LOG_BY_POSITION,		/* primary key (position) */
+	ESRC_LOG_BY_STREAM,			/* (stream, version) */
+	ESRC_LOG_BY_CATEGORY		/* (category, position) */
+} EsrcLogOrder;
+typedef struct EsrcLogScan EsrcLogScan;
+struct TupleTableSlot;
+extern EsrcLogScan *esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo,
+								   int64 hi, ScanDirection dir, Snapshot snap);
+extern struct TupleTableSlot *esrc_log_next(EsrcLogScan *scan);
+extern void esrc_log_end(EsrcLogScan *scan);
+extern Snapshot esrc_caller_snapshot(void);
 
 /* catalog lookups shared by append.c and read.c */
 extern Oid	esrc_schema_oid(void);

@@ -2,16 +2,29 @@
  *
  * read.c
  *	  The read path: read_stream(), read_stream_backward(), read_all(),
- *	  read_category() and safe_position().
+ *	  read_category(), stream_version() and safe_position(), and the index
+ *	  scans of the event log that snapshot.c replays from.
  *
- * Every read function returns SETOF esrc.event in materialize mode: the
- * query's rows go straight from the executor into the function's
- * tuplestore through a tuplestore DestReceiver, and a tuplestore spills to
- * disk past work_mem, so a read of any size runs in bounded memory.
+ * No SQL runs here.  Every read is an index scan of esrc.events on the
+ * index that matches it, with the index's own operators, as append.c's
+ * lookups are: (stream, version) for stream reads, the primary key for
+ * read_all, (category, position) for read_category.  A cached SQL plan
+ * would be chosen once for all parameter values, and a generic plan of
+ * "category = $4 AND position > $1 ..." picked the primary key with a
+ * filter, so that a read of a small category scanned the whole log; an
+ * index scan chosen here costs what the rows it returns cost, whatever
+ * the size of the log.  The caller needs SELECT on esrc.events, checked
+ * here as the executor would; row-level security on esrc.events is
+ * refused rather than bypassed.
+ *
+ * Every read function returns SETOF esrc.event in materialize mode: rows
+ * go from the scan into the function's tuplestore, which spills to disk
+ * past work_mem, so a read of any size runs in bounded memory.
  *
  * Stream reads use the caller's snapshot rules (a new snapshot per call at
- * READ COMMITTED, the transaction's at REPEATABLE READ and above): versions
- * of one stream are gap-free at commit, so no horizon is needed.
+ * READ COMMITTED, the transaction's at REPEATABLE READ and above), as a
+ * new SQL statement would: versions of one stream are gap-free at commit,
+ * so no horizon is needed.
  *
  * Global reads (read_all, read_category) stop at the safe horizon of
  * order.c and then read with a snapshot taken after the horizon was
@@ -21,16 +34,32 @@
  * older transaction snapshot, and never the caller's own uncommitted
  * appends.
  *
+ * Talks to: order.c (the horizon), append.c (name checks), snapshot.c
+ * (which replays through esrc_log_begin/next/end).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "executor/tstoreReceiver.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
 
 #include "esrc.h"
@@ -42,36 +71,208 @@ PG_FUNCTION_INFO_V1(esrc_read_category);
 PG_FUNCTION_INFO_V1(esrc_safe_position_sql);
 PG_FUNCTION_INFO_V1(esrc_stream_version);
 
-#define EVENT_COLUMNS \
-	"SELECT position, stream, version, type, data, metadata, id, recorded_at" \
-	" FROM esrc.events "
+/* the columns of esrc.events (src/sql/00_core.sql; append.c has the same) */
+#define Anum_events_position	1
+#define Anum_events_stream		2
+#define Anum_events_version		3
+#define Anum_events_category	9
+#define Natts_events			9
 
-typedef enum ReadKind
+/*
+ * One index scan of the log (see esrc_log_begin).  The slot holds the
+ * current row; its first ESRC_EVENT_NATTS columns are an esrc.event.
+ */
+struct EsrcLogScan
 {
-	READ_STREAM,
-	READ_STREAM_BACKWARD,
-	READ_ALL,
-	READ_CATEGORY
-} ReadKind;
-
-static SPIPlanPtr read_plans[4];
-
-static const char *const read_sql[4] = {
-	EVENT_COLUMNS "WHERE stream = $1 AND version >= $2 ORDER BY version LIMIT $3",
-	EVENT_COLUMNS "WHERE stream = $1 AND version <= $2 ORDER BY version DESC LIMIT $3",
-	EVENT_COLUMNS "WHERE position > $1 AND position <= $2 ORDER BY position LIMIT $3",
-	EVENT_COLUMNS "WHERE category = $4 AND position > $1 AND position <= $2"
-	" ORDER BY position LIMIT $3",
+	Relation	rel;
+	Relation	idx;
+	IndexScanDesc scan;
+	ScanDirection dir;
+	TupleTableSlot *slot;
+	bool		empty;			/* the bounds admit no row: no scan */
 };
 
-/* parameter types of the four queries above */
-static Oid	read_argtypes[4][4] = {
-	{TEXTOID, INT8OID, INT8OID},
-	{TEXTOID, INT8OID, INT8OID},
-	{INT8OID, INT8OID, INT8OID},
-	{INT8OID, INT8OID, INT8OID, TEXTOID},
-};
-static const int read_nargs[4] = {3, 3, 3, 4};
+/*
+ * The caller must be allowed to read every column of esrc.events, as a
+ * SELECT of the whole row would require: table privilege, or column
+ * privilege on all columns.
+ */
+static void
+check_read_privilege(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	Oid			userid = GetUserId();
+
+	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relid, userid, ACL_SELECT, ACLMASK_ALL) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(rel));
+	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("esrc.events must not have row-level security"),
+				 errdetail("The esrc read functions read the log by index scans, which would bypass its policies."),
+				 errhint("Disable row-level security on esrc.events; grant esrc_reader only to roles that may read every event.")));
+}
+
+/*
+ * The valid btree index of rel on exactly the key columns (att1[, att2]),
+ * opened with AccessShareLock; an error if it is missing.
+ */
+static Relation
+open_log_index(Relation rel, AttrNumber att1, AttrNumber att2, const char *what)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	int			natts = att2 == InvalidAttrNumber ? 1 : 2;
+
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = idx->rd_index;
+
+		if (form->indisvalid && form->indisready && form->indislive &&
+			idx->rd_rel->relam == BTREE_AM_OID &&
+			form->indnkeyatts == natts &&
+			form->indkey.values[0] == att1 &&
+			(natts == 1 || form->indkey.values[1] == att2) &&
+			(idx->rd_indoption[0] & INDOPTION_DESC) == 0 &&
+			(natts == 1 || (idx->rd_indoption[1] & INDOPTION_DESC) == 0) &&
+			RelationGetIndexPredicate(idx) == NIL &&
+			RelationGetIndexExpressions(idx) == NIL)
+		{
+			list_free(indexes);
+			return idx;
+		}
+		index_close(idx, AccessShareLock);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("esrc.events has no index on %s", what),
+			 errhint("Reinstall the extension; the event log's indexes must not be dropped.")));
+	return NULL;				/* not reached */
+}
+
+/* A scan key on key column "col" of idx: column <op strategy> value. */
+static void
+init_key(ScanKey key, Relation idx, int col, StrategyNumber strategy, Datum value)
+{
+	Oid			op = get_opfamily_member(idx->rd_opfamily[col - 1],
+										 idx->rd_opcintype[col - 1],
+										 idx->rd_opcintype[col - 1], strategy);
+
+	if (!OidIsValid(op))
+		elog(ERROR, "no operator of strategy %d for index \"%s\"",
+			 strategy, RelationGetRelationName(idx));
+	ScanKeyEntryInitialize(key, 0, col, strategy, InvalidOid,
+						   idx->rd_indcollation[col - 1], get_opcode(op), value);
+}
+
+/*
+ * Start an index scan of esrc.events under snap (which the caller keeps
+ * registered until esrc_log_end):
+ *
+ *	 ESRC_LOG_BY_POSITION  lo <= position <= hi                (key unused)
+ *	 ESRC_LOG_BY_STREAM    stream = key AND lo <= version <= hi
+ *	 ESRC_LOG_BY_CATEGORY  category = key AND lo <= position <= hi
+ *
+ * in index order (position or version), backward if asked.  Checks the
+ * caller's privileges on esrc.events first.  Allocates in the current
+ * memory context; may ereport.
+ */
+EsrcLogScan *
+esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
+			   ScanDirection dir, Snapshot snap)
+{
+	EsrcLogScan *s = palloc0(sizeof(EsrcLogScan));
+	ScanKeyData keys[3];
+	int			nkeys = 0;
+	int			boundcol = order == ESRC_LOG_BY_POSITION ? 1 : 2;
+	TupleDesc	desc;
+
+	s->rel = table_open(esrc_relation_oid("events"), AccessShareLock);
+	check_read_privilege(s->rel);
+	desc = RelationGetDescr(s->rel);
+	if (desc->natts != Natts_events ||
+		TupleDescAttr(desc, Anum_events_position - 1)->atttypid != INT8OID ||
+		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
+		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID)
+		elog(ERROR, "esrc.events has an unexpected row type");
+
+	switch (order)
+	{
+		case ESRC_LOG_BY_POSITION:
+			s->idx = open_log_index(s->rel, Anum_events_position, InvalidAttrNumber,
+									"(position)");
+			break;
+		case ESRC_LOG_BY_STREAM:
+			s->idx = open_log_index(s->rel, Anum_events_stream, Anum_events_version,
+									"(stream, version)");
+			break;
+		case ESRC_LOG_BY_CATEGORY:
+			s->idx = open_log_index(s->rel, Anum_events_category, Anum_events_position,
+									"(category, position)");
+			break;
+	}
+	if (order != ESRC_LOG_BY_POSITION)
+		init_key(&keys[nkeys++], s->idx, 1, BTEqualStrategyNumber, key);
+	init_key(&keys[nkeys++], s->idx, boundcol, BTGreaterEqualStrategyNumber, Int64GetDatum(lo));
+	init_key(&keys[nkeys++], s->idx, boundcol, BTLessEqualStrategyNumber, Int64GetDatum(hi));
+
+	s->dir = dir;
+	s->slot = table_slot_create(s->rel, NULL);
+	s->empty = lo > hi;
+	if (!s->empty)
+	{
+		s->scan = index_beginscan(s->rel, s->idx, snap, nkeys, 0);
+		index_rescan(s->scan, keys, nkeys, NULL, 0);
+	}
+	return s;
+}
+
+/*
+ * The next row of the scan, all columns deformed into the slot's
+ * tts_values/tts_isnull (valid until the next call), or NULL at the end.
+ */
+TupleTableSlot *
+esrc_log_next(EsrcLogScan *s)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (s->empty || !index_getnext_slot(s->scan, s->dir, s->slot))
+		return NULL;
+	slot_getallattrs(s->slot);
+	return s->slot;
+}
+
+void
+esrc_log_end(EsrcLogScan *s)
+{
+	if (s->scan)
+		index_endscan(s->scan);
+	ExecDropSingleTupleTableSlot(s->slot);
+	index_close(s->idx, NoLock);
+	table_close(s->rel, NoLock);
+	pfree(s);
+}
+
+/*
+ * A snapshot for a read with the caller's snapshot rules, as SPI gives a
+ * new statement: a new one at READ COMMITTED, the transaction's at the
+ * higher levels, seeing what this transaction wrote so far.  Registered:
+ * the caller unregisters it.
+ */
+Snapshot
+esrc_caller_snapshot(void)
+{
+	Snapshot	snap;
+
+	CommandCounterIncrement();
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	snap = RegisterSnapshot(GetActiveSnapshot());
+	PopActiveSnapshot();
+	return snap;
+}
 
 static void
 check_non_negative(const char *what, int64 value)
@@ -84,92 +285,61 @@ check_non_negative(const char *what, int64 value)
 }
 
 /*
- * max_count argument: NULL means no limit, otherwise it must be positive.
+ * max_count argument: NULL means no limit (-1), otherwise it must be
+ * positive.
  */
-static void
-limit_arg(FunctionCallInfo fcinfo, int argno, Datum *value, char *null)
+static int64
+limit_arg(FunctionCallInfo fcinfo, int argno)
 {
 	if (PG_ARGISNULL(argno))
-	{
-		*value = (Datum) 0;
-		*null = 'n';
-		return;
-	}
+		return -1;
 	if (PG_GETARG_INT32(argno) <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_count must be positive"),
 				 errdetail("The value given was %d.", PG_GETARG_INT32(argno)),
 				 errhint("Use null for no limit.")));
-	*value = Int64GetDatum((int64) PG_GETARG_INT32(argno));
-	*null = ' ';
+	return (int64) PG_GETARG_INT32(argno);
 }
 
 /*
- * Run read query "kind" with the given parameters into the function's
- * result tuplestore.  With latest, the query runs under a snapshot taken
- * now (global reads); otherwise SPI picks the snapshot.
+ * Run one read into the function's result tuplestore: at most limit rows
+ * (-1: all) of the scan described as for esrc_log_begin.  With latest,
+ * the scan runs under a snapshot taken now (global reads); otherwise
+ * under the caller's snapshot rules.
  */
 static void
-run_read(FunctionCallInfo fcinfo, ReadKind kind, Datum *values, char *nulls,
-		 bool latest)
+run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
+		 int64 hi, ScanDirection dir, int64 limit, bool latest)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	DestReceiver *dest;
-	SPIExecuteOptions options;
-	ParamListInfo params;
-	int			nargs = read_nargs[kind];
+	TupleDesc	desc;
+	EsrcLogScan *scan;
+	TupleTableSlot *slot;
+	Snapshot	snap;
+	int64		count = 0;
 	int			i;
-	int			rc;
 
 	InitMaterializedSRF(fcinfo, 0);
+	desc = rsinfo->setDesc;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	snap = latest ? RegisterSnapshot(GetLatestSnapshot()) : esrc_caller_snapshot();
+	scan = esrc_log_begin(order, key, lo, hi, dir, snap);
+	/* esrc.event is the first ESRC_EVENT_NATTS columns of esrc.events */
+	if (desc->natts != ESRC_EVENT_NATTS)
+		elog(ERROR, "esrc.event has an unexpected row type");
+	for (i = 0; i < ESRC_EVENT_NATTS; i++)
+		if (TupleDescAttr(desc, i)->atttypid !=
+			TupleDescAttr(RelationGetDescr(scan->rel), i)->atttypid)
+			elog(ERROR, "esrc.event has an unexpected row type");
 
-	if (read_plans[kind] == NULL)
+	while ((limit < 0 || count < limit) && (slot = esrc_log_next(scan)) != NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(read_sql[kind], nargs, read_argtypes[kind],
-											  CURSOR_OPT_GENERIC_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		read_plans[kind] = plan;
+		tuplestore_putvalues(rsinfo->setResult, desc, slot->tts_values, slot->tts_isnull);
+		count++;
 	}
-
-	params = makeParamList(nargs);
-	for (i = 0; i < nargs; i++)
-	{
-		params->params[i].value = values[i];
-		params->params[i].isnull = (nulls[i] == 'n');
-		params->params[i].pflags = PARAM_FLAG_CONST;
-		params->params[i].ptype = read_argtypes[kind][i];
-	}
-
-	dest = CreateDestReceiver(DestTuplestore);
-	SetTuplestoreDestReceiverParams(dest, rsinfo->setResult,
-									rsinfo->econtext->ecxt_per_query_memory,
-									false, NULL, NULL);
-
-	memset(&options, 0, sizeof(options));
-	options.params = params;
-	options.dest = dest;
-	if (latest)
-	{
-		/* read_only makes SPI use the active snapshot we push */
-		options.read_only = true;
-		PushActiveSnapshot(GetLatestSnapshot());
-	}
-
-	rc = SPI_execute_plan_extended(read_plans[kind], &options);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "event read failed: %s", SPI_result_code_string(rc));
-
-	if (latest)
-		PopActiveSnapshot();
-	dest->rDestroy(dest);
-	SPI_finish();
+	esrc_log_end(scan);
+	UnregisterSnapshot(snap);
 }
 
 /*
@@ -178,17 +348,15 @@ run_read(FunctionCallInfo fcinfo, ReadKind kind, Datum *values, char *nulls,
 Datum
 esrc_read_stream(PG_FUNCTION_ARGS)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
 	char	   *stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 										 "stream name", ESRC_MAX_STREAM_NAME);
 	int64		from = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
+	int64		limit;
 
 	check_non_negative("from_version", from);
-	values[0] = CStringGetTextDatum(stream);
-	values[1] = Int64GetDatum(from);
-	limit_arg(fcinfo, 2, &values[2], &nulls[2]);
-	run_read(fcinfo, READ_STREAM, values, nulls, false);
+	limit = limit_arg(fcinfo, 2);
+	run_read(fcinfo, ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream), from,
+			 PG_INT64_MAX, ForwardScanDirection, limit, false);
 	return (Datum) 0;
 }
 
@@ -199,33 +367,35 @@ esrc_read_stream(PG_FUNCTION_ARGS)
 Datum
 esrc_read_stream_backward(PG_FUNCTION_ARGS)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
 	char	   *stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 										 "stream name", ESRC_MAX_STREAM_NAME);
 	int64		from = PG_ARGISNULL(1) ? PG_INT64_MAX : PG_GETARG_INT64(1);
+	int64		limit;
 
 	check_non_negative("from_version", from);
-	values[0] = CStringGetTextDatum(stream);
-	values[1] = Int64GetDatum(from);
-	limit_arg(fcinfo, 2, &values[2], &nulls[2]);
-	run_read(fcinfo, READ_STREAM_BACKWARD, values, nulls, false);
+	limit = limit_arg(fcinfo, 2);
+	run_read(fcinfo, ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream), 0,
+			 from, BackwardScanDirection, limit, false);
 	return (Datum) 0;
 }
 
+/*
+ * read_all and read_category: the events after "after" up to the horizon,
+ * oldest first.
+ */
 static void
-global_read(FunctionCallInfo fcinfo, ReadKind kind, text *category)
+global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category)
 {
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	int64		after = PG_ARGISNULL(kind == READ_ALL ? 0 : 1) ? 0 :
-		PG_GETARG_INT64(kind == READ_ALL ? 0 : 1);
+	int			afterarg = order == ESRC_LOG_BY_POSITION ? 0 : 1;
+	int64		after = PG_ARGISNULL(afterarg) ? 0 : PG_GETARG_INT64(afterarg);
+	int64		horizon;
+	int64		limit;
+	Datum		key = (Datum) 0;
 
 	check_non_negative("after_position", after);
-	values[0] = Int64GetDatum(after);
-	values[1] = Int64GetDatum(esrc_safe_position(esrc_relation_oid("position_seq")));
-	limit_arg(fcinfo, kind == READ_ALL ? 1 : 2, &values[2], &nulls[2]);
-	if (kind == READ_CATEGORY)
+	horizon = esrc_safe_position(esrc_relation_oid("position_seq"));
+	limit = limit_arg(fcinfo, afterarg + 1);
+	if (order == ESRC_LOG_BY_CATEGORY)
 	{
 		char	   *cat = esrc_check_name(category, "category", ESRC_MAX_STREAM_NAME);
 
@@ -234,9 +404,11 @@ global_read(FunctionCallInfo fcinfo, ReadKind kind, text *category)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("category must not contain \"-\""),
 					 errdetail("The category of a stream is the part of its name before the first \"-\".")));
-		values[3] = CStringGetTextDatum(cat);
+		key = CStringGetTextDatum(cat);
 	}
-	run_read(fcinfo, kind, values, nulls, true);
+	/* position > after; after + 1 cannot overflow past the horizon */
+	run_read(fcinfo, order, key, after == PG_INT64_MAX ? PG_INT64_MAX : after + 1,
+			 after == PG_INT64_MAX ? 0 : horizon, ForwardScanDirection, limit, true);
 }
 
 /*
@@ -245,7 +417,7 @@ global_read(FunctionCallInfo fcinfo, ReadKind kind, text *category)
 Datum
 esrc_read_all(PG_FUNCTION_ARGS)
 {
-	global_read(fcinfo, READ_ALL, NULL);
+	global_read(fcinfo, ESRC_LOG_BY_POSITION, NULL);
 	return (Datum) 0;
 }
 
@@ -256,7 +428,7 @@ esrc_read_all(PG_FUNCTION_ARGS)
 Datum
 esrc_read_category(PG_FUNCTION_ARGS)
 {
-	global_read(fcinfo, READ_CATEGORY, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	global_read(fcinfo, ESRC_LOG_BY_CATEGORY, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	return (Datum) 0;
 }
 
@@ -272,38 +444,23 @@ esrc_safe_position_sql(PG_FUNCTION_ARGS)
 
 /*
  * esrc.stream_version(stream): the version of the stream's last event, -1
- * for a stream with no events.  In C with a cached generic plan: command
- * handlers call it on every command.  Uses the caller's snapshot rules,
- * like read_stream.
+ * for a stream with no events: the last entry of the stream in the
+ * (stream, version) index.  Command handlers call it on every command.
+ * Uses the caller's snapshot rules, like read_stream.
  */
 Datum
 esrc_stream_version(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
+	Snapshot	snap = esrc_caller_snapshot();
+	EsrcLogScan *scan;
+	TupleTableSlot *slot;
 	int64		version = -1;
-	bool		isnull;
-	int			rc;
 
-	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL)
-	{
-		plan = SPI_prepare_cursor("SELECT version FROM esrc.events WHERE stream = $1"
-								  " ORDER BY version DESC LIMIT 1",
-								  1, argtypes, CURSOR_OPT_GENERIC_PLAN);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-	}
-	rc = SPI_execute_plan(plan, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "stream version lookup failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed > 0)
-		version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											  SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
+	scan = esrc_log_begin(ESRC_LOG_BY_STREAM, PointerGetDatum(PG_GETARG_TEXT_PP(0)),
+						  0, PG_INT64_MAX, BackwardScanDirection, snap);
+	if ((slot = esrc_log_next(scan)) != NULL)
+		version = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
+	esrc_log_end(scan);
+	UnregisterSnapshot(snap);
 	PG_RETURN_INT64(version);
 }

@@ -30,8 +30,10 @@
  * row up in the primary key and writes it with the executor's simple
  * insert/update (what logical replication uses): no SPI, no planning.  For
  * anything else (extra columns, forced row-level security, missing
- * privileges) it runs the equivalent SQL through SPI.  Rebuild, load and
- * snapshot_at always use SPI.
+ * privileges) it runs the equivalent SQL through SPI.  Load and the writes
+ * of rebuild always use SPI.  Rebuild and snapshot_at read the log with
+ * read.c's index scans (the category's, the stream's), never a plan, so
+ * their cost follows what they read, not the size of the log.
  *
  * Concurrency.  Row updates of one stream are serialized by the stream
  * lock of append.c.  Three more locks make S2 hold against the DDL:
@@ -73,7 +75,8 @@
  * reducer runs ("busy"), none of the functions here may be entered again:
  * that keeps the cache from being freed under a caller.
  *
- * Talks to: append.c (whose INSERT fires the trigger; stream lock), esrc.c
+ * Talks to: append.c (whose INSERT fires the trigger; stream lock), read.c
+ * (index scans of the log), esrc.c
  * (catalog lookups), src/sql/10_snapshot.sql (the SQL objects).
  *
  *-------------------------------------------------------------------------
@@ -89,9 +92,12 @@
 #include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/objectaddress.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
@@ -122,6 +128,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplesort.h"
 #include "utils/typcache.h"
 #include "utils/varlena.h"
 
@@ -147,9 +154,6 @@ PG_FUNCTION_INFO_V1(esrc_snapshot_at);
 /* what reducers (and snapshot SQL) run with */
 #define SNAPSHOT_SEARCH_PATH "pg_catalog, pg_temp"
 
-/* rows per fetch when replaying events */
-#define REPLAY_BATCH	1000
-
 /* columns of esrc.snapshots, in the order of 10_snapshot.sql */
 #define Anum_snapshots_snapshot		1
 #define Anum_snapshots_category		2
@@ -157,10 +161,8 @@ PG_FUNCTION_INFO_V1(esrc_snapshot_at);
 #define Anum_snapshots_initial_state 4
 #define Natts_snapshots_min			4
 
-/* the columns of esrc.event, as selected from esrc.events */
-#define EVENT_COLUMNS \
-	"position, stream, version, type, data, metadata, id, recorded_at"
-#define EVENT_NATTS 8
+/* the columns of esrc.event: the first ones of esrc.events (read.c) */
+#define EVENT_NATTS ESRC_EVENT_NATTS
 
 typedef enum SnapshotPlan
 {
@@ -930,7 +932,7 @@ fold_start(Fold *f, const char *stream)
 }
 
 /*
- * Apply one event, given as a row of EVENT_COLUMNS (values/nulls), to the
+ * Apply one event, given as the columns of an esrc.event (values/nulls), to the
  * fold.  Memory: the new state is copied into the other state context and
  * everything else is freed, so a fold of any length runs in bounded memory.
  */
@@ -1431,14 +1433,27 @@ write_row(SnapshotDef *def, Fold *f, TimestampTz now)
 /*
  * The body of replay_snapshot(), inside its PG_TRY: empty the table, then
  * fold the category's events stream by stream, writing one row per stream.
+ *
+ * The events are read, as the caller, by an index scan of the category in
+ * esrc.events (read.c), so the cost follows the size of the category, not
+ * of the log, and sorted by stream (in the "C" order, the cheapest) and
+ * version in a tuplesort, which spills to disk past work_mem: bounded
+ * memory for a category of any size.
  */
 static void
-replay_events(SnapshotDef *def, Snapshot snap, SPIPlanPtr plan, Fold *f,
+replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
 			  Oid save_userid, int save_sec_context)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	Datum		values[1];
-	Portal		portal;
+	AttrNumber	sortcols[2] = {2, 3};	/* stream, version */
+	Oid			sortops[2] = {TextLessOperator, Int8LessOperator};
+	Oid			collations[2] = {C_COLLATION_OID, InvalidOid};
+	bool		nullsfirst[2] = {false, false};
+	Tuplesortstate *sort;
+	TupleTableSlot *inslot;
+	TupleTableSlot *outslot;
+	TupleTableSlot *slot;
+	EsrcLogScan *scan;
 	bool		have_stream = false;
 	int			rc;
 
@@ -1451,47 +1466,46 @@ replay_events(SnapshotDef *def, Snapshot snap, SPIPlanPtr plan, Fold *f,
 		elog(ERROR, "snapshot delete failed: %s", SPI_result_code_string(rc));
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 
-	/* read the events as the caller, with our snapshot */
-	values[0] = CStringGetTextDatum(def->category);
-	PushActiveSnapshot(snap);
-	portal = SPI_cursor_open(NULL, plan, values, NULL, true);
-	PopActiveSnapshot();
-
-	for (;;)
+	/* read the category's events as the caller, with our snapshot */
+	sort = tuplesort_begin_heap(cache.event_desc, 2, sortcols, sortops, collations,
+								nullsfirst, work_mem, NULL, TUPLESORT_NONE);
+	inslot = MakeSingleTupleTableSlot(cache.event_desc, &TTSOpsVirtual);
+	outslot = MakeSingleTupleTableSlot(cache.event_desc, &TTSOpsMinimalTuple);
+	scan = esrc_log_begin(ESRC_LOG_BY_CATEGORY, CStringGetTextDatum(def->category),
+						  PG_INT64_MIN, PG_INT64_MAX, ForwardScanDirection, snap);
+	while ((slot = esrc_log_next(scan)) != NULL)
 	{
-		SPITupleTable *batch;
-		uint64		nrows;
-		uint64		i;
+		ExecClearTuple(inslot);
+		memcpy(inslot->tts_values, slot->tts_values, sizeof(Datum) * EVENT_NATTS);
+		memcpy(inslot->tts_isnull, slot->tts_isnull, sizeof(bool) * EVENT_NATTS);
+		ExecStoreVirtualTuple(inslot);
+		tuplesort_puttupleslot(sort, inslot);
+	}
+	esrc_log_end(scan);
+	ExecDropSingleTupleTableSlot(inslot);
+	tuplesort_performsort(sort);
 
-		/* write_row() runs SPI too: keep our own copy of the batch */
-		SPI_cursor_fetch(portal, true, REPLAY_BATCH);
-		batch = SPI_tuptable;
-		nrows = SPI_processed;
-		if (nrows == 0)
-			break;
-		for (i = 0; i < nrows; i++)
+	while (tuplesort_gettupleslot(sort, true, false, outslot, NULL))
+	{
+		char	   *stream;
+
+		CHECK_FOR_INTERRUPTS();
+		slot_getallattrs(outslot);
+		stream = TextDatumGetCString(outslot->tts_values[1]);
+		if (!have_stream || strcmp(stream, f->stream) != 0)
 		{
-			Datum		ev[EVENT_NATTS];
-			bool		evnulls[EVENT_NATTS];
-			char	   *stream;
-
-			heap_deform_tuple(batch->vals[i], batch->tupdesc, ev, evnulls);
-			stream = TextDatumGetCString(ev[1]);
-			if (!have_stream || strcmp(stream, f->stream) != 0)
-			{
-				if (have_stream)
-					write_row(def, f, now);
-				fold_start(f, stream);
-				have_stream = true;
-			}
-			pfree(stream);
-			fold_apply(f, ev, evnulls);
+			if (have_stream)
+				write_row(def, f, now);
+			fold_start(f, stream);
+			have_stream = true;
 		}
-		SPI_freetuptable(batch);
+		pfree(stream);
+		fold_apply(f, outslot->tts_values, outslot->tts_isnull);
 	}
 	if (have_stream)
 		write_row(def, f, now);
-	SPI_cursor_close(portal);
+	ExecDropSingleTupleTableSlot(outslot);
+	tuplesort_end(sort);
 }
 
 /*
@@ -1505,9 +1519,7 @@ replay_events(SnapshotDef *def, Snapshot snap, SPIPlanPtr plan, Fold *f,
 static int64
 replay_snapshot(SnapshotDef *def)
 {
-	static Oid	argtypes[1] = {TEXTOID};
 	Snapshot	snap;
-	SPIPlanPtr	plan;
 	Fold		f;
 	int64		applied;
 	int			gucs;
@@ -1517,21 +1529,13 @@ replay_snapshot(SnapshotDef *def)
 	raise_if_broken(def);
 	snap = RegisterSnapshot(GetLatestSnapshot());
 
-	/* sorted by stream only to group it: the "C" order is the cheapest */
-	plan = SPI_prepare("SELECT " EVENT_COLUMNS " FROM esrc.events"
-					   " WHERE category OPERATOR(pg_catalog.=) $1"
-					   " ORDER BY stream COLLATE pg_catalog.\"C\", version",
-					   1, argtypes);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-
 	gucs = enter_reducer_gucs();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	fold_init(&f, def);
 	snapshot_busy = true;
 	PG_TRY();
 	{
-		replay_events(def, snap, plan, &f, save_userid, save_sec_context);
+		replay_events(def, snap, &f, save_userid, save_sec_context);
 	}
 	PG_FINALLY();
 	{
@@ -1541,7 +1545,6 @@ replay_snapshot(SnapshotDef *def)
 	PG_END_TRY();
 	leave_reducer_gucs(gucs);
 	UnregisterSnapshot(snap);
-	SPI_freeplan(plan);
 	applied = f.applied;
 	fold_end(&f);
 	return applied;
@@ -1730,6 +1733,30 @@ esrc_drop_snapshot(PG_FUNCTION_ARGS)
  */
 
 /*
+ * RangeVarGetRelidExtended() callback of load and snapshot_at: the caller
+ * must be allowed to read the table (SELECT on it or on one of its
+ * columns) before it is locked, as LOCK TABLE checks before it locks, so
+ * that a role cannot queue behind DDL on a table it cannot read, nor hold
+ * up the DDL that queues behind it.
+ */
+static void
+snapshot_read_callback(const RangeVar *relation, Oid relId, Oid oldRelId,
+					   void *arg)
+{
+	Oid			userid = GetUserId();
+	char		relkind;
+
+	if (!OidIsValid(relId))
+		return;
+	relkind = get_rel_relkind(relId);
+	if (relkind == '\0')
+		return;					/* dropped meanwhile; the lookup retries */
+	if (pg_class_aclcheck(relId, userid, ACL_SELECT) != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relId, userid, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(relkind), relation->relname);
+}
+
+/*
  * esrc.load(snapshot, stream) -> (state, version).  Reads the table as the
  * caller, with the caller's snapshot rules (a new snapshot at READ
  * COMMITTED).
@@ -1758,7 +1785,8 @@ esrc_load(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	relid = RangeVarGetRelid(rv, AccessShareLock, false);
+	relid = RangeVarGetRelidExtended(rv, AccessShareLock, 0,
+									 snapshot_read_callback, NULL);
 	def = get_def(relid);
 	check_stream_category(def, stream);
 	initial_state = DatumGetJsonbPCopy(JsonbPGetDatum(def->initial_state));
@@ -1804,22 +1832,21 @@ esrc_load(PG_FUNCTION_ARGS)
 
 /*
  * esrc.snapshot_at(snapshot, stream, version): replay the stream's events
- * up to version through the reducer.  Reads the events as the caller, with
- * the caller's snapshot rules; runs the reducer as the snapshot's owner.
+ * up to version through the reducer.  Reads the events as the caller, by
+ * an index scan of (stream, version) with the caller's snapshot rules
+ * (read.c); runs the reducer as the snapshot's owner.
  */
 Datum
 esrc_snapshot_at(PG_FUNCTION_ARGS)
 {
-	static Oid	argtypes[2] = {TEXTOID, INT8OID};
 	RangeVar   *rv;
 	char	   *stream;
 	int64		version;
 	Oid			relid;
 	SnapshotDef *def;
 	MemoryContext outer = CurrentMemoryContext;
-	SPIPlanPtr	plan;
-	Portal		portal;
-	Datum		values[2];
+	Snapshot	snap;
+	EsrcLogScan *scan;
 	Datum		result;
 	Fold		f;
 	int64		last;
@@ -1843,22 +1870,15 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 				 errdetail("The value given was " INT64_FORMAT "; -1 is the state before the first event.",
 						   version)));
 
-	relid = RangeVarGetRelid(rv, AccessShareLock, false);
+	relid = RangeVarGetRelidExtended(rv, AccessShareLock, 0,
+									 snapshot_read_callback, NULL);
 	def = get_def(relid);
 	raise_if_broken(def);
 	check_stream_category(def, stream);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	plan = SPI_prepare("SELECT " EVENT_COLUMNS " FROM esrc.events"
-					   " WHERE stream OPERATOR(pg_catalog.=) $1"
-					   " AND version OPERATOR(pg_catalog.<=) $2 ORDER BY version",
-					   2, argtypes);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	values[0] = CStringGetTextDatum(stream);
-	values[1] = Int64GetDatum(version);
-	portal = SPI_cursor_open(NULL, plan, values, NULL, false);
+	snap = esrc_caller_snapshot();
+	scan = esrc_log_begin(ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream),
+						  0, version, ForwardScanDirection, snap);
 
 	gucs = enter_reducer_gucs();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -1867,27 +1887,10 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	snapshot_busy = true;
 	PG_TRY();
 	{
-		for (;;)
-		{
-			SPITupleTable *batch;
-			uint64		nrows;
-			uint64		i;
+		TupleTableSlot *slot;
 
-			SPI_cursor_fetch(portal, true, REPLAY_BATCH);
-			batch = SPI_tuptable;
-			nrows = SPI_processed;
-			if (nrows == 0)
-				break;
-			for (i = 0; i < nrows; i++)
-			{
-				Datum		ev[EVENT_NATTS];
-				bool		evnulls[EVENT_NATTS];
-
-				heap_deform_tuple(batch->vals[i], batch->tupdesc, ev, evnulls);
-				fold_apply(&f, ev, evnulls);
-			}
-			SPI_freetuptable(batch);
-		}
+		while ((slot = esrc_log_next(scan)) != NULL)
+			fold_apply(&f, slot->tts_values, slot->tts_isnull);
 	}
 	PG_FINALLY();
 	{
@@ -1896,7 +1899,8 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	}
 	PG_END_TRY();
 	leave_reducer_gucs(gucs);
-	SPI_cursor_close(portal);
+	esrc_log_end(scan);
+	UnregisterSnapshot(snap);
 
 	last = f.next_version - 1;
 	if (last != version)
@@ -1907,14 +1911,12 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 				 errdetail("The stream ends at version " INT64_FORMAT ".", last)));
 
 	{
-		MemoryContext spicxt = MemoryContextSwitchTo(outer);
+		MemoryContext oldcxt = MemoryContextSwitchTo(outer);
 
 		result = PointerGetDatum(PG_DETOAST_DATUM_COPY(f.state));
-		MemoryContextSwitchTo(spicxt);
+		MemoryContextSwitchTo(oldcxt);
 	}
 	fold_end(&f);
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_DATUM(result);
 }
 
