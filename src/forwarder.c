@@ -42,7 +42,8 @@
  * may be dropped and created again by another role while it runs), but
  * it runs no SQL as that role.  Right after connecting it pins
  * search_path to "pg_catalog, pg_temp" at PGC_S_OVERRIDE, so ALTER
- * DATABASE/ROLE ... SET cannot change it, and every operator, function
+ * DATABASE/ROLE ... SET cannot change it (nor the read-only, isolation
+ * and timeout defaults of its transactions), and every operator, function
  * and type in its SQL is schema-qualified.  Each of its transactions
  * first checks that the schema esrc is the extension's (its
  * pg_extension.extnamespace, or a member: getExtensionOfObject); a schema
@@ -1765,6 +1766,11 @@ esrc_forwarder_main(Datum main_arg)
 	 * or a role's (ALTER DATABASE/ROLE ... SET): see the header comment.
 	 */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	/* nor may they make our transactions fail or change what they see */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	if (GetDatabaseEncoding() != PG_UTF8)
 		refuse_database_encoding();
 

@@ -6,7 +6,9 @@
 #      ALTER ROLE me SUPERUSER, then ALTER DATABASE ... SET search_path =
 #      evil, pg_catalog; the worker restarts and forwards on: the role
 #      must not become superuser, the worker must never run the function,
-#      and Kafka must have every event exactly once;
+#      and Kafka must have every event exactly once; then ALTER DATABASE
+#      ... SET default_transaction_read_only = on must not stop the
+#      worker's own writes (its position mirror);
 #   2. a database without the extension but with a schema esrc planted by
 #      its owner (views named like the extension's tables over such a
 #      function): the worker must not read it, and says so in the log;
@@ -31,7 +33,7 @@ fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"
 # our own sessions must not run the planted operators either: a client
 # setting overrides ALTER DATABASE ... SET
-export PGOPTIONS="-c search_path=pg_catalog,public"
+export PGOPTIONS="-c search_path=pg_catalog,public -c default_transaction_read_only=off"
 
 psql_as() { # ROLE DB SQL
     psql -h 127.0.0.1 -p "$FWD_PORT" -U "$1" -d "$2" -qAt -v ON_ERROR_STOP=1 -c "$3"
@@ -125,6 +127,24 @@ fwd_dump_events "$dir/events.jsonl"
 "$FWD_KAFKA/consume.sh" "$FWD_BROKER" esrc.acct >"$dir/records.jsonl"
 fwd_check "$dir/events.jsonl" "$dir/records.jsonl" || status=1
 fwd_sql "ALTER ROLE me NOSUPERUSER" >/dev/null 2>&1 || true
+
+log "1b. the owner makes the database's transactions read-only"
+psql_as me "$FWD_DB" "ALTER DATABASE $FWD_DB SET default_transaction_read_only = on"
+old=$(fwd_worker_pid)
+fwd_sql "SELECT pg_terminate_backend($old)" >/dev/null
+wait_worker_in "$old" "$FWD_DB" || status=1
+ro_pid=$(fwd_worker_pid)
+for i in $(seq 31 35); do
+    fwd_sql "SELECT esrc.append('acct-$((i % 3))', 'Deposited', '{\"i\": $i}')" >/dev/null
+done
+fwd_wait_forwarded 60 || status=1
+for _ in $(seq 1 50); do
+    [ "$(fwd_sql "SELECT position FROM esrc.forwarder_state")" = "$(fwd_sql "SELECT max(position) FROM esrc.events")" ] && break
+    sleep 0.2
+done
+expect "the worker's position mirror caught up (its transactions are not read-only)" \
+    test "$(fwd_sql "SELECT position FROM esrc.forwarder_state")" = "$(fwd_sql "SELECT max(position) FROM esrc.events")"
+expect "the same worker ran throughout (no ERROR ended it)" test "$(fwd_worker_pid)" = "$ro_pid"
 
 log "2. a planted schema esrc in a database without the extension"
 fwd_sql "CREATE DATABASE planted OWNER me" >/dev/null
