@@ -65,7 +65,8 @@ typedef struct EsrcInflightSlot
 typedef struct EsrcForwarderShared
 {
 	pg_atomic_uint32 paused;	/* 1 = esrc.forwarder_pause() in effect */
-	slock_t		mutex;			/* protects everything below */
+	pg_atomic_uint32 changecount;	/* odd while the worker writes what
+									 * follows (forwarder.c) */
 	int			state;			/* EsrcForwarderState (forwarder.c) */
 	int			pid;			/* worker pid, 0 = no worker */
 	TimestampTz state_since;	/* when state last changed */

@@ -32,21 +32,57 @@
  * Failures of Kafka are handled here (state, back-off, retry); errors of
  * PostgreSQL end the worker (no PG_TRY, as in pg_cron), and the
  * postmaster starts it again after bgw_restart_time: all progress is in
- * Kafka or in tables.  Shared state is EsrcSharedState.forwarder (esrc.h).
+ * Kafka or in tables.  Shared state is EsrcSharedState.forwarder (esrc.h):
+ * the worker is its only writer and bumps changecount around each write
+ * (odd while writing); esrc.forwarder_status copies it until the count is
+ * even and unchanged, so no reader and no writer ever waits on a lock.
+ *
+ * Privileges: the worker connects as the bootstrap superuser (it cannot
+ * know the extension's owner before it is connected, and the extension
+ * may be dropped and created again by another role while it runs), but
+ * it runs no SQL as that role.  Right after connecting it pins
+ * search_path to "pg_catalog, pg_temp" at PGC_S_OVERRIDE, so ALTER
+ * DATABASE/ROLE ... SET cannot change it (nor the read-only, isolation
+ * and timeout defaults of its transactions), and every operator, function
+ * and type in its SQL is schema-qualified.  Each of its transactions
+ * first checks that the schema esrc is the extension's (its
+ * pg_extension.extnamespace, or a member: getExtensionOfObject); a schema
+ * of that name planted in a database without the extension is never
+ * read, and is treated like "not installed".  Then it runs its SQL as
+ * the extension's owner in a security-restricted operation
+ * (SetUserIdAndSecContext, as index_build and REFRESH MATERIALIZED VIEW
+ * do): whatever code the tables could run (triggers, defaults, policies)
+ * runs with the rights of the role that owns them, never more, and the
+ * transaction's abort restores the role after an ERROR.  Reconnecting as
+ * the owner would need a new process whenever the owner changes and would
+ * apply the owner's ALTER ROLE ... SET settings; the switch does neither.
+ * The batch read (BATCH_SQL) runs under the same rules.
+ *
+ * Encoding: Kafka records are JSON labelled application/json, which is
+ * UTF-8.  The worker refuses to serve a database of another encoding
+ * (esrc.forwarder_status says why) rather than send other bytes.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "portability/instr_time.h"
@@ -58,6 +94,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -573,7 +610,7 @@ esrc_forwarder_shmem_init(void)
 
 	memset(f, 0, sizeof(*f));
 	pg_atomic_init_u32(&f->paused, 0);
-	SpinLockInit(&f->mutex);
+	pg_atomic_init_u32(&f->changecount, 0);
 	f->state = FWD_STOPPED;
 	f->last_position = -1;
 }
@@ -586,32 +623,72 @@ esrc_forwarder_shmem_init(void)
 static TimestampTz last_logged_at = 0;
 static int	last_logged_state = -1;
 
+/*
+ * The worker is the only writer of EsrcForwarderShared (but for the
+ * atomic paused flag): between status_write_begin and status_write_end
+ * the change count is odd, and a reader (status_read) copies until it
+ * sees the same even count before and after, as pgstat does for
+ * PgBackendStatus.  Only stores and bounded copies of strings happen in
+ * between: timestamps are taken before.  The worker reads its own
+ * fields directly.
+ */
+static inline void
+status_write_begin(EsrcForwarderShared *f)
+{
+	pg_atomic_write_u32(&f->changecount, pg_atomic_read_u32(&f->changecount) + 1);
+	pg_write_barrier();
+}
+
+static inline void
+status_write_end(EsrcForwarderShared *f)
+{
+	pg_write_barrier();
+	pg_atomic_write_u32(&f->changecount, pg_atomic_read_u32(&f->changecount) + 1);
+}
+
+/* A consistent copy of the worker's status, for any backend. */
+static void
+status_read(EsrcForwarderShared *copy)
+{
+	EsrcForwarderShared *f = &esrc_shared->forwarder;
+
+	for (;;)
+	{
+		uint32		before = pg_atomic_read_u32(&f->changecount);
+		uint32		after;
+
+		pg_read_barrier();
+		memcpy(copy, f, sizeof(*copy));
+		pg_read_barrier();
+		after = pg_atomic_read_u32(&f->changecount);
+		if (before == after && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 static void
 set_state(EsrcForwarderState state, const char *detail)
 {
 	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	bool		changed = (f->state != (int) state);
+	TimestampTz now = changed ? GetCurrentTimestamp() : 0;
 
-	SpinLockAcquire(&f->mutex);
-	if (f->state != (int) state)
+	status_write_begin(f);
+	if (changed)
 	{
 		f->state = state;
-		f->state_since = GetCurrentTimestamp();
+		f->state_since = now;
 	}
 	strlcpy(f->detail, detail ? detail : "", sizeof(f->detail));
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 	pgstat_report_activity(STATE_RUNNING, state_names[state]);
 }
 
 static EsrcForwarderState
 get_state(void)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
-	int			s;
-
-	SpinLockAcquire(&f->mutex);
-	s = f->state;
-	SpinLockRelease(&f->mutex);
-	return (EsrcForwarderState) s;
+	return (EsrcForwarderState) esrc_shared->forwarder.state;
 }
 
 /*
@@ -624,10 +701,10 @@ report_failure(EsrcForwarderState state, const char *error, const char *detail)
 	EsrcForwarderShared *f = &esrc_shared->forwarder;
 	TimestampTz now = GetCurrentTimestamp();
 
-	SpinLockAcquire(&f->mutex);
+	status_write_begin(f);
 	strlcpy(f->last_error, error, sizeof(f->last_error));
 	f->last_error_at = now;
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 	set_state(state, detail);
 
 	if (last_logged_state != (int) state ||
@@ -647,25 +724,26 @@ set_blocked(int64 position, const char *stream)
 {
 	EsrcForwarderShared *f = &esrc_shared->forwarder;
 
-	SpinLockAcquire(&f->mutex);
+	status_write_begin(f);
 	f->blocked_position = position;
 	strlcpy(f->blocked_stream, stream ? stream : "", sizeof(f->blocked_stream));
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 }
 
 static void
 publish_progress(int64 position, int delivered)
 {
 	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	TimestampTz now = delivered > 0 ? GetCurrentTimestamp() : 0;
 
-	SpinLockAcquire(&f->mutex);
+	status_write_begin(f);
 	f->last_position = position;
 	if (delivered > 0)
 	{
 		f->delivered_total += delivered;
-		f->last_delivery_at = GetCurrentTimestamp();
+		f->last_delivery_at = now;
 	}
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 }
 
 /* librdkafka is waiting a long time (kafka.c): show it. */
@@ -764,10 +842,10 @@ copy_config(void)
 	{
 		EsrcForwarderShared *f = &esrc_shared->forwarder;
 
-		SpinLockAcquire(&f->mutex);
+		status_write_begin(f);
 		strlcpy(f->brokers, cfg.brokers, sizeof(f->brokers));
 		f->exactly_once = cfg.exactly_once;
-		SpinLockRelease(&f->mutex);
+		status_write_end(f);
 	}
 }
 
@@ -826,15 +904,19 @@ static void
 forwarder_exit(int code, Datum arg)
 {
 	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	TimestampTz now;
 
-	disconnect();
+	/* every Kafka client, also those of a connect a SIGTERM cut short */
+	esrc_kafka_shutdown();
+	kafka = NULL;
 	pg_atomic_write_u32(&esrc_shared->forwarder_procno, 0);
 	esrc_shared->forwarder_dbid = InvalidOid;
-	SpinLockAcquire(&f->mutex);
+	now = GetCurrentTimestamp();
+	status_write_begin(f);
 	f->state = FWD_STOPPED;
-	f->state_since = GetCurrentTimestamp();
+	f->state_since = now;
 	f->pid = 0;
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 }
 
 /*
@@ -1085,6 +1167,89 @@ wal_end_of_inserted(void)
 	return ptr;
 }
 
+/*
+ * Running as the extension's owner (see the header comment): the role
+ * and security context to return to.
+ */
+static Oid	saved_userid = InvalidOid;
+static int	saved_sec_context = 0;
+static bool said_foreign_schema = false;
+
+/* The owner and schema of extension ext; InvalidOid when it is gone. */
+static Oid
+extension_owner(Oid ext, Oid *schema)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Oid			owner = InvalidOid;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ext));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	*schema = InvalidOid;
+	if (HeapTupleIsValid(tup))
+	{
+		owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
+		*schema = ((Form_pg_extension) GETSTRUCT(tup))->extnamespace;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return owner;
+}
+
+/*
+ * In a transaction of the worker, before any SQL: the schema esrc, if it
+ * is the extension's, with the current user switched to the extension's
+ * owner in a security-restricted operation until leave_extension().
+ * InvalidOid, with nothing switched, when the extension is not installed
+ * or a schema esrc exists that is not the extension's (logged once: it
+ * is never read, whatever it holds).
+ */
+static Oid
+enter_extension(void)
+{
+	Oid			nsp = get_namespace_oid("esrc", true);
+	Oid			ext;
+	Oid			owner = InvalidOid;
+	Oid			extnsp = InvalidOid;
+
+	if (!OidIsValid(nsp))
+		return InvalidOid;
+	ext = get_extension_oid("esrc", true);
+	if (OidIsValid(ext))
+		owner = extension_owner(ext, &extnsp);
+
+	/*
+	 * The extension's schema: CREATE EXTENSION made it (control file) or
+	 * its script did (then it is a member).
+	 */
+	if (!OidIsValid(owner) ||
+		(nsp != extnsp && getExtensionOfObject(NamespaceRelationId, nsp) != ext))
+	{
+		if (!said_foreign_schema)
+			ereport(LOG,
+					(errmsg("esrc forwarder: schema \"esrc\" of database \"%s\" does not belong to extension esrc, not reading it",
+							served_database)));
+		said_foreign_schema = true;
+		return InvalidOid;
+	}
+	said_foreign_schema = false;
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_RESTRICTED_OPERATION);
+	return nsp;
+}
+
+/* Back from enter_extension(); an ERROR restores the same by aborting. */
+static void
+leave_extension(void)
+{
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+}
+
 typedef enum ReadResult
 {
 	READ_OK,
@@ -1109,6 +1274,7 @@ read_log(Batch *b, bool want_batch, int64 after)
 	int			rc;
 	XLogRecPtr	flush_to = InvalidXLogRecPtr;
 	ReadResult	result = READ_OK;
+	bool		as_owner = false;
 
 	b->len = 0;
 	b->bytes = 0;
@@ -1123,9 +1289,14 @@ read_log(Batch *b, bool want_batch, int64 after)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "esrc forwarder: reading events");
 
-	nsp = get_namespace_oid("esrc", true);
-	if (!OidIsValid(nsp) ||
-		!OidIsValid(get_relname_relid("forwarder_state", nsp)) ||
+	nsp = enter_extension();
+	if (!OidIsValid(nsp))
+	{
+		result = READ_NO_EXTENSION;
+		goto done;
+	}
+	as_owner = true;
+	if (!OidIsValid(get_relname_relid("forwarder_state", nsp)) ||
 		!OidIsValid(get_relname_relid("forwarder_skips", nsp)))
 	{
 		result = READ_NO_EXTENSION;
@@ -1142,8 +1313,10 @@ read_log(Batch *b, bool want_batch, int64 after)
 		Oid			types[2] = {INT8OID, TEXTOID};
 
 		if (mirror_plan == NULL)
-			mirror_plan = prepare("UPDATE esrc.forwarder_state SET position = $1, updated_at = now()"
-								  " WHERE log_id = $2::uuid AND position < $1", 2, types);
+			mirror_plan = prepare("UPDATE esrc.forwarder_state"
+								  " SET position = $1, updated_at = pg_catalog.now()"
+								  " WHERE log_id OPERATOR(pg_catalog.=) $2::pg_catalog.uuid"
+								  " AND position OPERATOR(pg_catalog.<) $1", 2, types);
 		args[0] = Int64GetDatum(position);
 		args[1] = CStringGetTextDatum(log_id);
 		rc = SPI_execute_plan(mirror_plan, args, NULL, false, 0);
@@ -1156,7 +1329,8 @@ read_log(Batch *b, bool want_batch, int64 after)
 
 	/* who we are: a new log_id means the extension was created anew */
 	if (state_plan == NULL)
-		state_plan = prepare("SELECT log_id::text, position FROM esrc.forwarder_state", 0, NULL);
+		state_plan = prepare("SELECT log_id::pg_catalog.text, position FROM esrc.forwarder_state",
+							 0, NULL);
 	rc = SPI_execute_plan(state_plan, NULL, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "read of esrc.forwarder_state failed: %s", SPI_result_code_string(rc));
@@ -1233,6 +1407,8 @@ read_log(Batch *b, bool want_batch, int64 after)
 	}
 
 done:
+	if (as_owner)
+		leave_extension();
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -1753,11 +1929,13 @@ poison_skipped(void)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (OidIsValid(get_namespace_oid("esrc", true)))
+	if (OidIsValid(enter_extension()))
 	{
-		rc = SPI_execute_with_args("SELECT 1 FROM esrc.forwarder_skips WHERE position = $1",
+		rc = SPI_execute_with_args("SELECT 1 FROM esrc.forwarder_skips"
+								   " WHERE position OPERATOR(pg_catalog.=) $1",
 								   1, &type, &arg, NULL, true, 1);
 		skipped = (rc == SPI_OK_SELECT && SPI_processed > 0);
+		leave_extension();
 	}
 	SPI_finish();
 	PopActiveSnapshot();
@@ -1765,6 +1943,31 @@ poison_skipped(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(loop_cxt);
 	return skipped;
+}
+
+/*
+ * The served database is not UTF8: Kafka records are JSON labelled
+ * application/json and carry the stream in headers, all of it UTF-8, so
+ * nothing is sent.  Waits (serving reloads: a new esrc.database restarts
+ * the worker) and never returns.
+ */
+static void
+refuse_database_encoding(void)
+{
+	char		error[ESRC_FWD_ERROR_LEN];
+
+	snprintf(error, sizeof(error),
+			 "database \"%s\" has encoding %s: the forwarder only serves UTF8 databases",
+			 served_database, GetDatabaseEncodingName());
+	report_failure(FWD_ERROR, error,
+				   "Kafka records are JSON, which is UTF-8; nothing is forwarded. Forward from a database created with ENCODING 'UTF8'.");
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			reload_config();
+		wait_latch(NO_BROKERS_WAIT_MS);
+	}
 }
 
 void
@@ -1781,13 +1984,13 @@ esrc_forwarder_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	SpinLockAcquire(&f->mutex);
+	status_write_begin(f);
 	f->pid = MyProcPid;
 	f->last_position = -1;
 	f->database[0] = '\0';
 	f->blocked_position = 0;
 	f->blocked_stream[0] = '\0';
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 	set_state(FWD_STARTING, NULL);
 
 	/* our latch: pause/resume set it now, commits once we serve a database */
@@ -1809,12 +2012,25 @@ esrc_forwarder_main(Datum main_arg)
 	}
 
 	served_database = MemoryContextStrdup(TopMemoryContext, esrc_database);
-	SpinLockAcquire(&f->mutex);
+	status_write_begin(f);
 	strlcpy(f->database, served_database, sizeof(f->database));
-	SpinLockRelease(&f->mutex);
+	status_write_end(f);
 	set_state(FWD_CONNECTING, NULL);
 	BackgroundWorkerInitializeConnection(served_database, NULL, 0);
 	pgstat_report_appname("esrc forwarder");
+
+	/*
+	 * What the names in our SQL mean is ours to say, not the database's
+	 * or a role's (ALTER DATABASE/ROLE ... SET): see the header comment.
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	/* nor may they make our transactions fail or change what they see */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	if (GetDatabaseEncoding() != PG_UTF8)
+		refuse_database_encoding();
 
 	/*
 	 * Our own writes (the position mirror) need not wait for the WAL
@@ -2016,9 +2232,7 @@ esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 
 	f = &esrc_shared->forwarder;
-	SpinLockAcquire(&f->mutex);
-	memcpy(&copy, f, sizeof(copy));
-	SpinLockRelease(&f->mutex);
+	status_read(&copy);
 	paused = pg_atomic_read_u32(&f->paused) != 0;
 
 	mydb = get_database_name(MyDatabaseId);

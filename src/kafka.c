@@ -13,7 +13,9 @@
  * pthread mutex (log_cb, error_cb), and delivery reports are served by
  * rd_kafka_poll()/flush() in the worker's own thread, where dr_cb writes
  * nothing but two fields of the record it reports on.  The worker turns
- * the ring buffer into ereport(LOG) with esrc_kafka_emit_log().
+ * the ring buffer into ereport(LOG) with esrc_kafka_emit_log().  Every
+ * client is created with all signals blocked (new_rk), so librdkafka's
+ * threads, which inherit the mask, never run PostgreSQL's handlers.
  *
  * Waiting: every blocking librdkafka call gets a short timeout and is
  * repeated (the transactional calls are resumable), with
@@ -21,11 +23,19 @@
  * honoured within about a second.  Nothing here raises an ERROR for a
  * Kafka failure: the caller gets an EsrcKafkaStatus and a message.
  *
+ * Exit: the handle being connected and the consumer of read_position()
+ * are known to esrc_kafka_shutdown() from the moment they exist, so a
+ * SIGTERM in any wait of connect (which ends the process from
+ * CHECK_FOR_INTERRUPTS) still closes them.  Closing never flushes:
+ * whatever is queued or in flight is purged first, so rd_kafka_destroy()
+ * does not wait for a broker that does not answer.
+ *
  * Secrets: esrc.kafka_properties may hold passwords.  Messages built here
  * name a property but never show its value.
  *
  * Exactly once: the position record (key = the forwarder's client id,
- * value = {"position": N, ...}) goes to the compacted offsets topic in the
+ * value = {"log_id":..,"database":..,"position":N}, real JSON, read back
+ * with PostgreSQL's JSON parser) goes to the compacted offsets topic in the
  * same Kafka transaction as the records up to N.  At connect,
  * init_transactions() fences any earlier incarnation of the same client
  * id and completes or aborts its open transaction; then a read_committed
@@ -40,14 +50,18 @@
 #include "postgres.h"
 
 #include <pthread.h>
+#include <signal.h>
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/jsonapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "utils/hsearch.h"
+#include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -976,6 +990,44 @@ esrc_kafka_trim_topics(EsrcKafka *k)
 
 static EsrcKafkaStatus begin_txn(EsrcKafka *k, int p, char *err, size_t errlen);
 
+/*
+ * The clients of this process that esrc_kafka_shutdown() closes at exit:
+ * the handle being connected or in use (one at a time) and the consumer
+ * of read_position() while it exists.
+ */
+static EsrcKafka *live_handle = NULL;
+static bool live_connecting = false;	/* live_handle is in connect */
+static rd_kafka_t *live_consumer = NULL;
+
+/*
+ * rd_kafka_new with every signal blocked: the threads it starts inherit
+ * the mask (and later ones are started by those threads), so no signal
+ * meant for the worker lands on a librdkafka thread and runs one of
+ * PostgreSQL's handlers there.  Signals that arrive meanwhile stay
+ * pending and are handled when the mask is restored.
+ */
+static rd_kafka_t *
+new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
+{
+	sigset_t	all;
+	sigset_t	old;
+	rd_kafka_t *rk;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rk = rd_kafka_new(type, conf, errstr, errlen);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rk;
+}
+
+static void
+destroy_consumer(rd_kafka_t *rk)
+{
+	if (rk == live_consumer)
+		live_consumer = NULL;
+	rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+}
+
 static void
 destroy_rk(rd_kafka_t *rk)
 {
@@ -993,6 +1045,11 @@ esrc_kafka_destroy(EsrcKafka *k)
 
 	if (k == NULL)
 		return;
+	if (k == live_handle)
+	{
+		live_handle = NULL;
+		live_connecting = false;
+	}
 	/* reports of what is still queued must not reach a batch */
 	for (i = 0; i < MAX_PRODUCERS; i++)
 	{
@@ -1014,30 +1071,132 @@ esrc_kafka_destroy(EsrcKafka *k)
 }
 
 /*
- * Parse the position out of a position record's value, as written by
- * send_position(): {"position":N,...}.  -1 when it is not there.
+ * At the worker's exit (a before_shmem_exit callback of forwarder.c):
+ * close every client of this process, also those of a connect that a
+ * SIGTERM or the postmaster's death interrupted.  Handles the caller
+ * held are gone afterwards.
+ */
+void
+esrc_kafka_shutdown(void)
+{
+	if (live_connecting && live_handle != NULL)
+		ereport(LOG,
+				(errmsg("esrc forwarder: closing the Kafka clients of an interrupted connect")));
+	if (live_consumer != NULL)
+		destroy_consumer(live_consumer);
+	if (live_handle != NULL)
+		esrc_kafka_destroy(live_handle);
+}
+
+/*
+ * Reading a position record's value: {"log_id":..,"database":..,
+ * "position":N} as written by produce_position().  Only the top-level
+ * member "position" counts, and it must be there once, as an integer.
+ */
+typedef struct PositionParse
+{
+	int			depth;			/* of objects and arrays */
+	bool		want;			/* the next value is the top "position" */
+	int			found;
+	bool		bad;
+	int64		position;
+} PositionParse;
+
+static void
+pp_nest_start(void *state)
+{
+	PositionParse *pp = (PositionParse *) state;
+
+	if (pp->want)
+		pp->bad = true;			/* "position" is not a number */
+	pp->want = false;
+	pp->depth++;
+}
+
+static void
+pp_nest_end(void *state)
+{
+	((PositionParse *) state)->depth--;
+}
+
+static void
+pp_field(void *state, char *fname, bool isnull)
+{
+	PositionParse *pp = (PositionParse *) state;
+
+	pp->want = (pp->depth == 1 && strcmp(fname, "position") == 0);
+	pfree(fname);				/* ours (jsonapi.h) */
+}
+
+static void
+pp_scalar(void *state, char *token, JsonTokenType tokentype)
+{
+	PositionParse *pp = (PositionParse *) state;
+	const char *c;
+	char	   *end;
+	long long	v;
+
+	if (!pp->want)
+	{
+		if (token)
+			pfree(token);
+		return;
+	}
+	pp->want = false;
+	pp->found++;
+	for (c = token; *c; c++)
+		if (*c < '0' || *c > '9')
+			break;
+	errno = 0;
+	v = strtoll(token, &end, 10);
+	if (tokentype != JSON_TOKEN_NUMBER || *c != '\0' || c == token ||
+		errno != 0 || *end != '\0')
+		pp->bad = true;
+	else
+		pp->position = (int64) v;
+	if (token)
+		pfree(token);
+}
+
+/*
+ * The position of a position record's value; -1 when it has none.  Frees
+ * what it allocates: read_position() reads every record of the topic.
  */
 static int64
 parse_position(const char *value, size_t len)
 {
-	char		buf[128];
-	const char *p;
-	char	   *end;
-	long long	v;
+	char	   *copy;
+	JsonLexContext *lex;
+	JsonSemAction sem;
+	PositionParse pp;
+	JsonParseErrorType rc;
 
-	if (len >= sizeof(buf))
-		len = sizeof(buf) - 1;
-	memcpy(buf, value, len);
-	buf[len] = '\0';
-	p = strstr(buf, "\"position\":");
-	if (p == NULL)
+	if (len > 4096)
 		return -1;
-	p += strlen("\"position\":");
-	errno = 0;
-	v = strtoll(p, &end, 10);
-	if (errno != 0 || end == p || v < 0)
+	copy = palloc(len + 1);
+	memcpy(copy, value, len);
+	copy[len] = '\0';
+	memset(&pp, 0, sizeof(pp));
+	memset(&sem, 0, sizeof(sem));
+	sem.semstate = &pp;
+	sem.object_start = pp_nest_start;
+	sem.object_end = pp_nest_end;
+	sem.array_start = pp_nest_start;
+	sem.array_end = pp_nest_end;
+	sem.object_field_start = pp_field;
+	sem.scalar = pp_scalar;
+	lex = makeJsonLexContextCstringLen(copy, (int) len, PG_UTF8, true);
+	rc = pg_parse_json(lex, &sem);
+	if (lex->strval != NULL)
+	{
+		pfree(lex->strval->data);
+		pfree(lex->strval);
+	}
+	pfree(lex);
+	pfree(copy);
+	if (rc != JSON_SUCCESS || pp.bad || pp.found != 1)
 		return -1;
-	return (int64) v;
+	return pp.position;
 }
 
 /*
@@ -1074,13 +1233,14 @@ read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 	conf = build_conf(k, CONF_CONSUMER, err, errlen);
 	if (conf == NULL)
 		return ESRC_KAFKA_CONFIG;
-	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	rk = new_rk(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (rk == NULL)
 	{
 		rd_kafka_conf_destroy(conf);
 		snprintf(err, errlen, "cannot create the Kafka consumer: %s", errstr);
 		return ESRC_KAFKA_CONFIG;
 	}
+	live_consumer = rk;
 	rd_kafka_poll_set_consumer(rk);
 	rd_kafka_set_log_queue(rk, NULL);
 
@@ -1089,7 +1249,7 @@ read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 	rd_kafka_topic_destroy(rkt);
 	if (status != ESRC_KAFKA_OK)
 	{
-		rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+		destroy_consumer(rk);
 		return status == ESRC_KAFKA_POISON && !missing ? ESRC_KAFKA_FATAL : ESRC_KAFKA_RETRY;
 	}
 
@@ -1100,7 +1260,7 @@ read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 	if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		rd_kafka_topic_partition_list_destroy(parts);
-		rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+		destroy_consumer(rk);
 		snprintf(err, errlen, "cannot assign the partitions of topic \"%s\"", offsets_topic);
 		return ESRC_KAFKA_RETRY;
 	}
@@ -1196,7 +1356,7 @@ read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 	}
 
 	rd_kafka_topic_partition_list_destroy(parts);
-	rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+	destroy_consumer(rk);
 	pfree(target);
 	pfree(done);
 	esrc_kafka_emit_log();
@@ -1237,8 +1397,17 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 	k->source = pstrdup(s->source);
 	k->brokers = pstrdup(s->brokers);
 	k->properties = pstrdup(s->properties);
-	k->position_prefix = psprintf("{\"log_id\":\"%s\",\"database\":\"%s\",\"position\":",
-								  s->log_id, s->database);
+	{
+		StringInfoData v;
+
+		initStringInfo(&v);
+		appendStringInfoString(&v, "{\"log_id\":");
+		escape_json(&v, s->log_id);
+		appendStringInfoString(&v, ",\"database\":");
+		escape_json(&v, s->database);
+		appendStringInfoString(&v, ",\"position\":");
+		k->position_prefix = v.data;
+	}
 	memset(&hctl, 0, sizeof(hctl));
 	hctl.keysize = MAX_TOPIC_NAME + 1;
 	hctl.entrysize = sizeof(EsrcKafkaTopic);
@@ -1246,6 +1415,11 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 	k->topics = hash_create("esrc kafka topics", 64, &hctl,
 							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	MemoryContextSwitchTo(old);
+
+	/* from here on a SIGTERM in any wait still closes what k holds */
+	Assert(live_handle == NULL);
+	live_handle = k;
+	live_connecting = true;
 
 	clear_last_error();
 	while (k->nrk < (s->exactly_once ? MAX_PRODUCERS : 1))
@@ -1258,7 +1432,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 			*status = ESRC_KAFKA_CONFIG;
 			goto fail;
 		}
-		rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+		rk = new_rk(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 		if (rk == NULL)
 		{
 			rd_kafka_conf_destroy(conf);
@@ -1366,6 +1540,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 	}
 
 	esrc_kafka_emit_log();
+	live_connecting = false;
 	*status = ESRC_KAFKA_OK;
 	return k;
 

@@ -92,6 +92,7 @@ extern EsrcKafka *esrc_kafka_connect(const EsrcKafkaSettings *settings,
 									 int64 *position, EsrcKafkaStatus *status,
 									 char *err, size_t errlen);
 extern void esrc_kafka_destroy(EsrcKafka *k);
+extern void esrc_kafka_shutdown(void);
 extern void esrc_kafka_poll(EsrcKafka *k);
 extern EsrcKafkaStatus esrc_kafka_topic(EsrcKafka *k, const char *name,
 										EsrcKafkaTopic **topic,
