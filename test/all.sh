@@ -2,13 +2,28 @@
 # The whole esrc test suite, on a fresh machine or a used one:
 #   bash test/all.sh            (as root, or as a user with sudo)
 # Installs what is missing (apt-get, Kafka jars via mvn), builds and
-# installs the extension, then runs every test/run-*.sh in order.  Each
-# of those starts and stops its own servers.  Prints "N passed, N failed".
+# installs the extension, then runs every test/run-*.sh in order against
+# this machine's PostgreSQL ($ESRC_PG, default 15).  Each of those starts
+# and stops its own servers.  Then, for each major of $ESRC_MATRIX
+# (default "17 18"), the drivers of $ESRC_MATRIX_TESTS inside a Debian root
+# with that major (test/matrix/run.sh).  Prints one "N passed, N failed"
+# line for all of it.
+#
+#   ESRC_ONLY=pattern    only the drivers whose name contains it (and no
+#                        other major unless ESRC_MATRIX is set too)
+#   ESRC_TESTS="a b"     exactly these drivers (names without .sh)
+#   ESRC_MATRIX="17"     the other majors to run; "none" for none
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 ensure_deps
 build_install
+
+matrix_default="17 18"
+[ -z "${ESRC_ONLY:-}" ] && [ -z "${ESRC_TESTS:-}" ] || matrix_default=none
+matrix=${ESRC_MATRIX:-$matrix_default}
+[ "$matrix" = none ] && matrix=
+matrix_tests=${ESRC_MATRIX_TESTS:-run-10-regress run-15-upgrade run-40-forward-e2e run-50-tap run-60-fuzz}
 
 passed=0
 failed=0
@@ -19,17 +34,36 @@ for t in "$ESRC_ROOT"/test/run-*.sh; do
     if [ -n "${ESRC_ONLY:-}" ] && [[ "$name" != *"$ESRC_ONLY"* ]]; then
         continue
     fi
-    log "=== $name"
+    if [ -n "${ESRC_TESTS:-}" ] && [[ " $ESRC_TESTS " != *" $name "* ]]; then
+        continue
+    fi
+    log "=== pg$ESRC_PG $name"
     t0=$SECONDS
     if bash "$t"; then
         passed=$((passed + 1))
-        log "=== $name: ok ($((SECONDS - t0)) s)"
+        log "=== pg$ESRC_PG $name: ok ($((SECONDS - t0)) s)"
     else
         failed=$((failed + 1))
-        failures+=("$name")
-        log "=== $name: FAILED ($((SECONDS - t0)) s)"
+        failures+=("pg$ESRC_PG/$name")
+        log "=== pg$ESRC_PG $name: FAILED ($((SECONDS - t0)) s)"
     fi
 done
+
+for major in $matrix; do
+    t0=$SECONDS
+    out=$(bash "$ESRC_ROOT/test/matrix/run.sh" "$major" $matrix_tests | tee /dev/stderr | tail -1) || true
+    if [[ "$out" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        passed=$((passed + BASH_REMATCH[1]))
+        failed=$((failed + BASH_REMATCH[2]))
+        [ "${BASH_REMATCH[2]}" = 0 ] || failures+=("pg$major (see above)")
+    else
+        # no result line: the root could not be had or the run broke off
+        failed=$((failed + 1))
+        failures+=("pg$major: no result")
+    fi
+    log "=== pg$major: $((SECONDS - t0)) s"
+done
+
 log "suite took $((SECONDS - start)) s"
 [ $failed -eq 0 ] || log "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"
