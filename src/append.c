@@ -463,7 +463,7 @@ esrc_make_write_estate(Relation rel, ResultRelInfo **rri)
 	rte->relid = RelationGetRelid(rel);
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(estate, list_make1(rte));
+	esrc_init_range_table(estate, rte);
 	*rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(*rri, rel, 1, NULL, 0);
 	estate->es_opened_result_relations = list_make1(*rri);
@@ -536,7 +536,7 @@ begin_equal_scan(EventLog *log, Relation idx, Datum value, Snapshot snap)
 			 RelationGetRelationName(idx));
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[0], get_opcode(eqop), value);
-	scan = index_beginscan(log->rel, idx, snap, 1, 0);
+	scan = esrc_index_beginscan(log->rel, idx, snap, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	return scan;
 }

@@ -17,6 +17,8 @@
 
 #include "postgres.h"
 
+#include "compat.h"
+
 #include "access/sdir.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"

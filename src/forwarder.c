@@ -1994,7 +1994,7 @@ esrc_forwarder_main(Datum main_arg)
 	set_state(FWD_STARTING, NULL);
 
 	/* our latch: pause/resume set it now, commits once we serve a database */
-	pg_atomic_write_u32(&esrc_shared->forwarder_procno, MyProc->pgprocno + 1);
+	pg_atomic_write_u32(&esrc_shared->forwarder_procno, esrc_my_procno() + 1);
 	before_shmem_exit(forwarder_exit, (Datum) 0);
 	esrc_kafka_wait_hook = kafka_wait_hook;
 	copy_config();

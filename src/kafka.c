@@ -1102,7 +1102,7 @@ typedef struct PositionParse
 	int64		position;
 } PositionParse;
 
-static void
+static ESRC_JSON_ACTION
 pp_nest_start(void *state)
 {
 	PositionParse *pp = (PositionParse *) state;
@@ -1111,24 +1111,27 @@ pp_nest_start(void *state)
 		pp->bad = true;			/* "position" is not a number */
 	pp->want = false;
 	pp->depth++;
+	ESRC_JSON_DONE;
 }
 
-static void
+static ESRC_JSON_ACTION
 pp_nest_end(void *state)
 {
 	((PositionParse *) state)->depth--;
+	ESRC_JSON_DONE;
 }
 
-static void
+static ESRC_JSON_ACTION
 pp_field(void *state, char *fname, bool isnull)
 {
 	PositionParse *pp = (PositionParse *) state;
 
 	pp->want = (pp->depth == 1 && strcmp(fname, "position") == 0);
 	pfree(fname);				/* ours (jsonapi.h) */
+	ESRC_JSON_DONE;
 }
 
-static void
+static ESRC_JSON_ACTION
 pp_scalar(void *state, char *token, JsonTokenType tokentype)
 {
 	PositionParse *pp = (PositionParse *) state;
@@ -1140,7 +1143,7 @@ pp_scalar(void *state, char *token, JsonTokenType tokentype)
 	{
 		if (token)
 			pfree(token);
-		return;
+		ESRC_JSON_DONE;
 	}
 	pp->want = false;
 	pp->found++;
@@ -1156,6 +1159,7 @@ pp_scalar(void *state, char *token, JsonTokenType tokentype)
 		pp->position = (int64) v;
 	if (token)
 		pfree(token);
+	ESRC_JSON_DONE;
 }
 
 /*
@@ -1185,14 +1189,9 @@ parse_position(const char *value, size_t len)
 	sem.array_end = pp_nest_end;
 	sem.object_field_start = pp_field;
 	sem.scalar = pp_scalar;
-	lex = makeJsonLexContextCstringLen(copy, (int) len, PG_UTF8, true);
+	lex = esrc_json_lexer(copy, (int) len);
 	rc = pg_parse_json(lex, &sem);
-	if (lex->strval != NULL)
-	{
-		pfree(lex->strval->data);
-		pfree(lex->strval);
-	}
-	pfree(lex);
+	esrc_json_lexer_free(lex);
 	pfree(copy);
 	if (rc != JSON_SUCCESS || pp.bad || pp.found != 1)
 		return -1;

@@ -170,11 +170,11 @@ static EsrcInflightSlot *
 my_slot(void)
 {
 	esrc_require_shared();
-	if (MyProc == NULL || MyProc->pgprocno >= esrc_shared->nslots)
+	if (MyProc == NULL || esrc_my_procno() >= esrc_shared->nslots)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this process cannot append events")));
-	return &esrc_shared->inflight[MyProc->pgprocno];
+	return &esrc_shared->inflight[esrc_my_procno()];
 }
 
 /*
@@ -364,7 +364,7 @@ esrc_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			{
-				EsrcInflightSlot *slot = &esrc_shared->inflight[MyProc->pgprocno];
+				EsrcInflightSlot *slot = &esrc_shared->inflight[esrc_my_procno()];
 
 				pg_atomic_write_u64(&slot->min_position, 0);
 				esrc_xact_has_slot = false;

@@ -224,7 +224,7 @@ esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 	s->empty = lo > hi;
 	if (!s->empty)
 	{
-		s->scan = index_beginscan(s->rel, s->idx, snap, nkeys, 0);
+		s->scan = esrc_index_beginscan(s->rel, s->idx, snap, nkeys, 0);
 		index_rescan(s->scan, keys, nkeys, NULL, 0);
 	}
 	return s;

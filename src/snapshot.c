@@ -288,7 +288,7 @@ holds_stream_lock(const char *stream)
 	LOCKTAG		tag;
 
 	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
-	return LockHeldByMe(&tag, ExclusiveLock);
+	return esrc_lock_held_by_me(&tag, ExclusiveLock);
 }
 
 /* A category as given to create_snapshot: a valid name without "-". */
@@ -595,7 +595,7 @@ load_def(SnapshotDef *def, Datum *values)
 							problem));
 		return;
 	}
-	if (pg_proc_aclcheck(def->reducer, def->owner, ACL_EXECUTE) != ACLCHECK_OK)
+	if (esrc_proc_aclcheck(def->reducer, def->owner, ACL_EXECUTE) != ACLCHECK_OK)
 	{
 		set_broken(def, ERRCODE_INSUFFICIENT_PRIVILEGE,
 				   psprintf("permission denied for function %s", def->reducer_name),
@@ -1057,7 +1057,7 @@ prepare_direct(SnapshotDef *def, Relation rel)
 		pg_class_aclcheck(def->relid, def->owner, ACL_INSERT) != ACLCHECK_OK ||
 		pg_class_aclcheck(def->relid, def->owner, ACL_UPDATE) != ACLCHECK_OK)
 		return;
-	pk = RelationGetPrimaryKeyIndex(rel);
+	pk = esrc_primary_key_index(rel);
 	if (!OidIsValid(pk))
 		return;
 	idx = index_open(pk, RowExclusiveLock);
@@ -1124,7 +1124,7 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   def->eqcollation, def->eqproc, stream);
-	scan = index_beginscan(rel, idx, snap, 1, 0);
+	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	exists = index_getnext_slot(scan, ForwardScanDirection, oldslot);
 	index_endscan(scan);
@@ -1161,7 +1161,7 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 	{
 		EPQState	epq;
 
-		EvalPlanQualInit(&epq, estate, NULL, NIL, -1);
+		esrc_epq_init(&epq, estate);
 		ExecSimpleRelationUpdate(rri, estate, &epq, oldslot, newslot);
 		EvalPlanQualEnd(&epq);
 	}
@@ -1604,7 +1604,7 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 	initial_state = PG_GETARG_JSONB_P(3);
 
 	check_reducer(reducer);
-	if (pg_proc_aclcheck(reducer, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+	if (esrc_proc_aclcheck(reducer, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, get_func_name(reducer));
 	if (pg_class_aclcheck(esrc_relation_oid("events"), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		ereport(ERROR,
@@ -1671,7 +1671,7 @@ esrc_rebuild_snapshot(PG_FUNCTION_ARGS)
 
 	check_not_busy("esrc.rebuild_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
-	relid = RangeVarGetRelidExtended(rv, ExclusiveLock, 0, RangeVarCallbackOwnsTable, NULL);
+	relid = RangeVarGetRelidExtended(rv, ExclusiveLock, 0, RangeVarCallbackOwnsRelation, NULL);
 	def = get_def(relid);
 	raise_if_broken(def);
 
@@ -1702,13 +1702,13 @@ esrc_drop_snapshot(PG_FUNCTION_ARGS)
 
 	check_not_busy("esrc.drop_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
-	relid = RangeVarGetRelidExtended(rv, NoLock, 0, RangeVarCallbackOwnsTable, NULL);
+	relid = RangeVarGetRelidExtended(rv, NoLock, 0, RangeVarCallbackOwnsRelation, NULL);
 	def = get_def(relid);
 
 	if (lock_category(def->category, ExclusiveLock) != LOCKACQUIRE_ALREADY_HELD)
 		AcceptInvalidationMessages();
 	if (RangeVarGetRelidExtended(rv, AccessExclusiveLock, 0,
-								 RangeVarCallbackOwnsTable, NULL) != relid)
+								 RangeVarCallbackOwnsRelation, NULL) != relid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("snapshot \"%s\" was changed by another session", rv->relname),
