@@ -18,8 +18,14 @@
 
 #include "postgres.h"
 
+/*
+ * Any other major: one clear error, then stop the compilation (an #error
+ * alone lets the compiler go on into a cascade of errors on changed APIs;
+ * a missing include is fatal).
+ */
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
 #error "esrc supports PostgreSQL 15, 16, 17 and 18 (tested: 15, 17, 18)"
+#include "esrc: stopped, unsupported PostgreSQL major"
 #endif
 
 #include "access/genam.h"

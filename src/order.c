@@ -62,6 +62,23 @@
  * placeholder 1, H dropped to 0 while any appender was between W1 and
  * W3.)
  *
+ * What the proof takes from PostgreSQL, per major (re-read in the sources
+ * of Debian's 15 and 18.6 packages; Debian's source of 17 could not be
+ * fetched here, and 17 lies between two majors whose code is the same in
+ * these three places; global_order.spec and the crash matrix pass on 15,
+ * 17 and 18):
+ *	 - CommitTransaction() and AbortTransaction() call
+ *	   ProcArrayEndTransaction() before CallXactCallbacks(XACT_EVENT_COMMIT
+ *	   / XACT_EVENT_ABORT), so W5 runs after the outcome is visible to
+ *	   every new snapshot (15, 18).
+ *	 - nextval_internal() reads and updates the sequence tuple under the
+ *	   exclusive lock of its buffer (read_seq_tuple), and last(seq) here
+ *	   takes the share lock of the same buffer, so those reads and the
+ *	   nextval() calls are totally ordered (15, 18).
+ *	 - GetLatestSnapshot() takes a new snapshot (GetSnapshotData) once the
+ *	   transaction's first snapshot is set, and otherwise the transaction
+ *	   snapshot, which is also new; either is taken after R3 (15, 18).
+ *
  * Only transactions that appended events hold the horizon back, and only
  * from their first append until they end.  PREPARE TRANSACTION is refused
  * for them: a prepared transaction would hold a position with no backend

@@ -51,6 +51,8 @@ cp /etc/hosts "$root/etc/hosts"
 rm -rf "$root/build/esrc"
 mkdir -p "$root/build/esrc"
 (cd "$ESRC_ROOT" && git ls-files -co --exclude-standard -z | tar -c --null -T - -f -) | tar -x -C "$root/build/esrc"
+# the host's build, for run-16-other-majors (a library of another major)
+[ -f "$ESRC_ROOT/esrc.so" ] && cp "$ESRC_ROOT/esrc.so" "$root/build/esrc15.so"
 chmod -R a+rX "$root/build"
 
 log "PostgreSQL $major in $(basename "$root"): $*"
