@@ -78,8 +78,8 @@ done
 
 expect "delivered_total counts every record sent" \
     test "$(fwd_sql "SELECT delivered_total FROM esrc.forwarder_status")" = "$committed"
-expect "no error was reported" \
-    test "$(fwd_sql "SELECT coalesce(last_error, 'none') FROM esrc.forwarder_status")" = none
+last_error=$(fwd_sql "SELECT coalesce(last_error || ' (at ' || last_error_at || ')', 'none') FROM esrc.forwarder_status")
+expect "no error was reported (last_error: $last_error)" test "$last_error" = none
 expect "the position mirror caught up" \
     test "$(fwd_sql "SELECT position FROM esrc.forwarder_state")" = \
     "$(fwd_sql "SELECT max(position) FROM esrc.events")"
