@@ -29,9 +29,11 @@ CREATE EXTENSION esrc;
 -- every value the readers saw that is lower than the highest one before it
 CREATE TABLE horizon_drop (reader text, call bigint, value bigint, highest bigint);
 CREATE TABLE horizon_run (reader text, calls bigint, highest bigint);
--- reader 1: one transaction, a call per loop
-CREATE PROCEDURE horizon_follow(seconds int) LANGUAGE plpgsql AS $$
+-- the readers: a call per loop, in one transaction (per_call false) or
+-- committing after each call (COMMIT inside the procedure)
+CREATE PROCEDURE horizon_follow(seconds int, per_call boolean) LANGUAGE plpgsql AS $$
 DECLARE
+    reader text := CASE WHEN per_call THEN 'transaction per call' ELSE 'one transaction' END;
     highest bigint := 0;
     v bigint;
     n bigint := 0;
@@ -41,31 +43,14 @@ BEGIN
         v := esrc.safe_position();
         n := n + 1;
         IF v < highest THEN
-            INSERT INTO horizon_drop VALUES ('one transaction', n, v, highest);
+            INSERT INTO horizon_drop VALUES (reader, n, v, highest);
         END IF;
         highest := greatest(highest, v);
-    END LOOP;
-    INSERT INTO horizon_run VALUES ('one transaction', n, highest);
-END
-$$;
--- reader 2: a transaction per call (COMMIT inside the procedure)
-CREATE PROCEDURE horizon_follow_xacts(seconds int) LANGUAGE plpgsql AS $$
-DECLARE
-    highest bigint := 0;
-    v bigint;
-    n bigint := 0;
-    deadline timestamptz := clock_timestamp() + make_interval(secs => seconds);
-BEGIN
-    WHILE clock_timestamp() < deadline LOOP
-        v := esrc.safe_position();
-        n := n + 1;
-        IF v < highest THEN
-            INSERT INTO horizon_drop VALUES ('transaction per call', n, v, highest);
+        IF per_call THEN
+            COMMIT;
         END IF;
-        highest := greatest(highest, v);
-        COMMIT;
     END LOOP;
-    INSERT INTO horizon_run VALUES ('transaction per call', n, highest);
+    INSERT INTO horizon_run VALUES (reader, n, highest);
 END
 $$;
 SQL
@@ -75,9 +60,9 @@ SELECT esrc.append('horizon-' || :client_id, 'Tick', '{}');
 EOF2
 
 log "$clients writers, 2 readers of esrc.safe_position(), ${secs}s"
-psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow($secs)" >"$dir/reader1.log" 2>&1 &
+psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow($secs, false)" >"$dir/reader1.log" 2>&1 &
 reader_pids+=($!)
-psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow_xacts($secs)" >"$dir/reader2.log" 2>&1 &
+psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow($secs, true)" >"$dir/reader2.log" 2>&1 &
 reader_pids+=($!)
 "$PG_BINDIR/pgbench" -n -c "$clients" -j 2 -T "$secs" -f "$dir/append.pgbench" \
     >"$dir/pgbench.log" 2>&1 || { cat "$dir/pgbench.log"; die "pgbench failed"; }

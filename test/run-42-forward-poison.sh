@@ -27,29 +27,6 @@ cc -O2 -o "$dir/topic_config" "$ESRC_ROOT/test/forward/topic_config.c" -lrdkafka
 KAFKA_EXTRA_PROPS="message.max.bytes=100000" fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"
 
-# wait_state STATE [S]: until esrc.forwarder_status.state is STATE
-wait_state() {
-    local deadline=$((SECONDS + ${2:-60}))
-    until [ "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = "$1" ]; do
-        [ $SECONDS -lt $deadline ] || { log "state is not $1: $(fwd_status)"; return 1; }
-        sleep 0.2
-    done
-}
-# in_kafka STREAM VERSION: is that event in Kafka (read_committed)?  Call
-# after the status says it is forwarded (or blocked before it).
-in_kafka() {
-    "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $(fwd_topics) >"$dir/now.jsonl"
-    jq -e -s --arg s "$1" --arg v "$2" \
-        'map(select(.key == $s and .headers.ce_esrcversion == $v)) | length == 1' "$dir/now.jsonl" >/dev/null
-}
-# blocked_on POSITION STREAM ERROR-REGEX: the status names the poison record
-blocked_on() {
-    local row
-    row=$(fwd_sql "SELECT blocked_position || '|' || blocked_stream || '|' || last_error || '|' || detail
-                   FROM esrc.forwarder_status")
-    log "   status: $row"
-    [[ "$row" =~ ^$1\|$2\|.*$3.*\|.*esrc\.forwarder_skip\($1\) ]]
-}
 
 fwd_sql "SELECT esrc.append('big-1', 'Small', '{\"n\": 0}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
@@ -59,21 +36,21 @@ fwd_sql "SELECT esrc.append('big-1', 'Large', jsonb_build_object('pad', repeat('
 p1=$(fwd_sql "SELECT max(position) FROM esrc.events")
 fwd_sql "SELECT esrc.append('big-1', 'Small', '{\"n\": 2}')" >/dev/null
 fwd_sql "SELECT esrc.append('other-1', 'After', '{}')" >/dev/null
-wait_state blocked 60 || status=1
+fwd_wait_state blocked 60 || status=1
 expect "blocked on the large event of big-1, the error says why, the detail says what to do" \
-    blocked_on "$p1" big-1 "too large"
+    fwd_blocked_on "$p1" big-1 "too large"
 sleep 3
 expect "still blocked after retries; the later events are pending" \
     test "$(fwd_sql "SELECT state || ' ' || events_pending FROM esrc.forwarder_status")" = "blocked 3"
 expect "nothing after it was forwarded (big-1 v2, other-1 v0)" \
-    eval 'in_kafka big-1 0 && ! in_kafka big-1 2 && ! in_kafka other-1 0'
+    eval 'fwd_in_kafka big-1 0 && ! fwd_in_kafka big-1 2 && ! fwd_in_kafka other-1 0'
 log "   raising max.message.bytes of topic esrc.big"
 "$dir/topic_config" "$FWD_BROKER" esrc.big max.message.bytes=2000000
-wait_state running 60 || status=1
+fwd_wait_state running 60 || status=1
 fwd_wait_forwarded 60 || status=1
 sleep 1   # the last transaction's markers
 expect "after the operator raised the limit, the event and those after it went out" \
-    eval 'in_kafka big-1 1 && in_kafka big-1 2 && in_kafka other-1 0'
+    eval 'fwd_in_kafka big-1 1 && fwd_in_kafka big-1 2 && fwd_in_kafka other-1 0'
 expect "the status no longer shows a blocked position" \
     test "$(fwd_sql "SELECT coalesce(blocked_position::text, 'none') FROM esrc.forwarder_status")" = none
 
@@ -83,21 +60,21 @@ log "2. an event larger than the producer's message.max.bytes"
 expect "esrc.append refuses it" \
     eval "! fwd_sql \"SELECT esrc.append('big-1', 'Huge', jsonb_build_object('pad', repeat('y', 1040000)))\" 2>/dev/null"
 fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
-wait_state paused 30 || status=1
+fwd_wait_state paused 30 || status=1
 fwd_sql "SELECT esrc.append('pre-1', 'Before', '{}')" >/dev/null
 p2=$(fwd_plant big-1 Huge "jsonb_build_object('pad', repeat('y', 1040000))")
 fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
 fwd_sql "SELECT esrc.append('other-1', 'After', '{}')" >/dev/null
-wait_state blocked 60 || status=1
-expect "blocked on the huge event" blocked_on "$p2" big-1 "too large"
-expect "the event before it in the same batch went out, once" in_kafka pre-1 0
+fwd_wait_state blocked 60 || status=1
+expect "blocked on the huge event" fwd_blocked_on "$p2" big-1 "too large"
+expect "the event before it in the same batch went out, once" fwd_in_kafka pre-1 0
 expect "forwarder_skip refuses an event that was already forwarded" \
     eval "! fwd_sql 'SELECT esrc.forwarder_skip($p1)' 2>'$dir/skip.err'"
 grep -q "already been forwarded" "$dir/skip.err" || { log "FAIL - wrong message: $(cat "$dir/skip.err")"; status=1; }
 fwd_sql "SELECT esrc.forwarder_skip($p2, 'larger than the producer accepts')" >/dev/null
 fwd_wait_forwarded 60 || status=1
 sleep 1
-expect "after the skip, the events after it went out" in_kafka other-1 1
+expect "after the skip, the events after it went out" fwd_in_kafka other-1 1
 expect "the skip is recorded" \
     test "$(fwd_sql "SELECT stream || ' ' || reason FROM esrc.forwarder_skips WHERE position = $p2")" \
     = "big-1 larger than the producer accepts"
@@ -107,13 +84,13 @@ expect "esrc.append refuses it (22023)" \
     eval "! fwd_sql \"SELECT esrc.append('bad!cat-1', 'Odd', '{}')\" 2>'$dir/cat.err'"
 grep -q 'cannot be forwarded to Kafka' "$dir/cat.err" || { log "FAIL - wrong message: $(cat "$dir/cat.err")"; status=1; }
 fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
-wait_state paused 30 || status=1
+fwd_wait_state paused 30 || status=1
 p3=$(fwd_plant 'bad!cat-1' Odd "'{}'::jsonb")
 fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
 fwd_sql "SELECT esrc.append('other-1', 'After', '{}')" >/dev/null
-wait_state blocked 60 || status=1
-expect "blocked on the event with the invalid topic" blocked_on "$p3" 'bad!cat-1' 'esrc\.bad!cat.*not valid'
-expect "the event after it waits" eval '! in_kafka other-1 2'
+fwd_wait_state blocked 60 || status=1
+expect "blocked on the event with the invalid topic" fwd_blocked_on "$p3" 'bad!cat-1' 'esrc\.bad!cat.*not valid'
+expect "the event after it waits" eval '! fwd_in_kafka other-1 2'
 fwd_sql "SELECT esrc.forwarder_skip($p3)" >/dev/null
 fwd_wait_forwarded 60 || status=1
 

@@ -25,28 +25,9 @@ status=0
 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"
 
-wait_state() {
-    local deadline=$((SECONDS + ${2:-60}))
-    until [ "$(fwd_sql "SELECT state FROM esrc.forwarder_status" 2>/dev/null)" = "$1" ]; do
-        [ $SECONDS -lt $deadline ] || { log "state is not $1: $(fwd_status 2>&1)"; return 1; }
-        sleep 0.2
-    done
-}
-blocked_on() {
-    local row
-    row=$(fwd_sql "SELECT blocked_position || '|' || blocked_stream || '|' || last_error || '|' || detail
-                   FROM esrc.forwarder_status")
-    log "   status: $row"
-    [[ "$row" =~ ^$1\|$2\|.*$3.*\|.*esrc\.forwarder_skip\($1\) ]]
-}
-in_kafka() {
-    "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $(fwd_topics) >"$dir/now.jsonl"
-    jq -e -s --arg s "$1" --arg v "$2" \
-        'map(select(.key == $s and .headers.ce_esrcversion == $v)) | length == 1' "$dir/now.jsonl" >/dev/null
-}
 plant_paused() {
     fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
-    wait_state paused 30 >/dev/null || true
+    fwd_wait_state paused 30 >/dev/null || true
     fwd_plant "$@"
 }
 resume() { fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null; }
@@ -65,10 +46,10 @@ log "1. a wedge event in the log"
 p1=$(plant_paused wedge-1 Wedge "$wedge")
 fwd_sql "SELECT esrc.append('ok-1', 'After', '{}')" >/dev/null
 resume
-wait_state blocked 60 || status=1
-expect "blocked on the wedge event, the error says why" blocked_on "$p1" wedge-1 "as JSON text"
+fwd_wait_state blocked 60 || status=1
+expect "blocked on the wedge event, the error says why" fwd_blocked_on "$p1" wedge-1 "as JSON text"
 expect "the worker did not restart" test "$(fwd_worker_pid)" = "$pid"
-expect "the event after it waits" eval '! in_kafka ok-1 1'
+expect "the event after it waits" eval '! fwd_in_kafka ok-1 1'
 # readers: the other events read fine; the wedge event reads as long as
 # its data is not printed
 expect "read_all over the wedge event returns every event" \
@@ -82,7 +63,7 @@ expect "a reader that prints the wedge event's data gets an error" \
 log "   the reader gets: $(head -1 "$dir/read.err")"
 fwd_sql "SELECT esrc.forwarder_skip($p1, 'wedge')" >/dev/null
 fwd_wait_forwarded 60 || status=1
-expect "after the skip, the event after it went out" in_kafka ok-1 1
+expect "after the skip, the event after it went out" fwd_in_kafka ok-1 1
 expect "the worker never restarted" test "$(fwd_worker_pid)" = "$pid"
 
 log "2. an event whose recorded_at is infinity"
@@ -102,20 +83,20 @@ expect "blocked on it, the error names recorded_at" \
     eval '[[ "$(worker_row)" =~ ^blocked\|$p2\|.*recorded_at ]]'
 fwd_sql "SELECT esrc.forwarder_skip($p2)" >/dev/null
 fwd_wait_forwarded 60 || status=1
-expect "after the skip, the event after it went out" in_kafka ok-1 2
+expect "after the skip, the event after it went out" fwd_in_kafka ok-1 2
 
 log "3. a 510-byte category after a short one, in one batch"
 long=$(printf 'b%.0s' $(seq 510))
 fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
-wait_state paused 30 || true
+fwd_wait_state paused 30 || true
 fwd_sql "SELECT esrc.append('short-1', 'Short', '{}')" >/dev/null
 p3=$(fwd_plant "$long" Long "'{}'::jsonb")
 fwd_sql "SELECT esrc.append('ok-1', 'After', '{}')" >/dev/null
 resume
-wait_state blocked 60 || status=1
+fwd_wait_state blocked 60 || status=1
 expect "blocked on the long category, the error says the topic name is too long" \
-    blocked_on "$p3" "$long" "topic name would be longer"
-expect "the short category's event before it went out, once" in_kafka short-1 0
+    fwd_blocked_on "$p3" "$long" "topic name would be longer"
+expect "the short category's event before it went out, once" fwd_in_kafka short-1 0
 expect "no topic was made of the long category" \
     eval "! fwd_topics | grep -qv -e '^esrc\.ok\$' -e '^esrc\.short\$'"
 fwd_sql "SELECT esrc.forwarder_skip($p3)" >/dev/null

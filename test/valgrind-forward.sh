@@ -97,10 +97,7 @@ long=$(printf 'b%.0s' $(seq 510))
 planted=$(fwd_plant "$long" Long "'{}'::jsonb")
 fwd_sql "SELECT esrc.append('after-1', 'After', '{}')" >/dev/null
 fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
-for _ in $(seq 1 240); do
-    [ "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = blocked ] && break
-    sleep 0.5
-done
+fwd_wait_state blocked 240 || status=1
 expect "the worker blocks on the planted event: its topic name is too long" \
     test "$(fwd_sql "SELECT state || ' ' || blocked_position || ' ' || (last_error LIKE '%topic name would be longer%')
                      FROM esrc.forwarder_status")" = "blocked $planted true"

@@ -15,6 +15,10 @@
 #   fwd_dump_events FILE      committed events as JSON lines (check.py)
 #   fwd_consume FILE          read_committed records of all data topics
 #   fwd_check ARGS...         test/forward/check.py
+#   fwd_wait_state STATE [S]  until esrc.forwarder_status.state is STATE
+#   fwd_in_kafka STREAM VER   is that event in Kafka once (read_committed)?
+#   fwd_blocked_on POS STREAM ERROR-REGEX
+#                             the status names that poison record
 #   fwd_stop_all              stop what fwd_start_* started
 #
 # Every server runs on ports chosen free at start; everything is stopped
@@ -160,4 +164,39 @@ fwd_plant() {
                     coalesce((SELECT max(version) + 1 FROM esrc.events WHERE stream = '$1'), 0),
                     '$2', $3, gen_random_uuid(), ${4:-now()}, split_part('$1', '-', 1)
              RETURNING position"
+}
+
+# fwd_wait_state STATE [S]: until esrc.forwarder_status.state is STATE
+# (default 60 s).
+fwd_wait_state() {
+    local deadline=$((SECONDS + ${2:-60}))
+    until [ "$(fwd_sql "SELECT state FROM esrc.forwarder_status" 2>/dev/null)" = "$1" ]; do
+        [ $SECONDS -lt $deadline ] || { log "state is not $1: $(fwd_status 2>&1)"; return 1; }
+        sleep 0.2
+    done
+}
+
+# fwd_in_kafka STREAM VERSION: is that event in Kafka, once
+# (read_committed)?  Call after the status says it is forwarded (or
+# blocked before it).
+fwd_in_kafka() {
+    local now
+    now=$(mktemp)
+    # shellcheck disable=SC2046
+    "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $(fwd_topics) >"$now"
+    local rc=0
+    jq -e -s --arg s "$1" --arg v "$2" \
+        'map(select(.key == $s and .headers.ce_esrcversion == $v)) | length == 1' "$now" >/dev/null || rc=1
+    rm -f "$now"
+    return $rc
+}
+
+# fwd_blocked_on POSITION STREAM ERROR-REGEX: the status names the poison
+# record, the error matches, and the detail names the way out.
+fwd_blocked_on() {
+    local row
+    row=$(fwd_sql "SELECT blocked_position || '|' || blocked_stream || '|' || last_error || '|' || detail
+                   FROM esrc.forwarder_status")
+    log "   status: $row"
+    [[ "$row" =~ ^$1\|$2\|.*$3.*\|.*esrc\.forwarder_skip\($1\) ]]
 }
