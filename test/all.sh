@@ -23,7 +23,7 @@ matrix_default="17 18"
 [ -z "${ESRC_ONLY:-}" ] && [ -z "${ESRC_TESTS:-}" ] || matrix_default=none
 matrix=${ESRC_MATRIX:-$matrix_default}
 [ "$matrix" = none ] && matrix=
-matrix_tests=${ESRC_MATRIX_TESTS:-run-10-regress run-15-upgrade run-16-other-majors run-40-forward-e2e run-50-tap run-60-fuzz}
+matrix_tests=${ESRC_MATRIX_TESTS:-run-10-regress run-15-upgrade run-16-other-majors run-30-snapshot-stress run-40-forward-e2e run-44-forward-hostile run-50-tap run-60-fuzz}
 
 passed=0
 failed=0
@@ -51,7 +51,12 @@ done
 
 for major in $matrix; do
     t0=$SECONDS
-    out=$(bash "$ESRC_ROOT/test/matrix/run.sh" "$major" $matrix_tests | tee /dev/stderr | tail -1) || true
+    # the output goes on to stderr as it comes (tee to a file and fd 2: a
+    # tee of /dev/stderr would reopen, and truncate, a log file there)
+    res=$(mktemp)
+    bash "$ESRC_ROOT/test/matrix/run.sh" "$major" $matrix_tests | tee "$res" >&2 || true
+    out=$(tail -1 "$res")
+    rm -f "$res"
     if [[ "$out" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         passed=$((passed + BASH_REMATCH[1]))
         failed=$((failed + BASH_REMATCH[2]))

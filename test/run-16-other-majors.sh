@@ -4,10 +4,15 @@
 #      stops with its one #error naming the supported majors, and the
 #      compilation ends there (no cascade of errors on changed APIs);
 #   2. inside a Debian root of another major (test/matrix/run.sh puts the
-#      host's PostgreSQL 15 build at /build/esrc15.so), that build refuses
-#      to load with PostgreSQL's own magic-block message.  (The other way
-#      round cannot be tried: a build in a newer Debian needs a newer libc
-#      than the host has, and fails on that first.)
+#      host's PostgreSQL 15 build at /build/esrc15.so), that build is
+#      refused at LOAD, and the server goes on.  PostgreSQL loads with
+#      RTLD_NOW, so a library that uses a function the other major no
+#      longer has (15's palloc0 calls MemoryContextAllocZeroAligned, gone
+#      in 17) is refused by the dynamic linker, before the magic block is
+#      read; one that links is refused by the magic block ("incompatible
+#      library").  The test accepts either refusal and says which it was.
+#      (The other way round cannot be tried: a build in a newer Debian
+#      needs a newer libc than the host has, and fails on that first.)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -37,9 +42,13 @@ if [ "$ESRC_PG" != 15 ]; then
     pg_start "$dir" "$port"
     out=$(psql -qAtX -h 127.0.0.1 -p "$port" -U postgres -c "LOAD '$dir/esrc15.so'" 2>&1 || true)
     if [[ "$out" == *"incompatible library"* && "$out" == *"Server is version $ESRC_PG, library is version 15"* ]]; then
-        log "ok - the PostgreSQL 15 build is refused by $ESRC_PG: $(echo "$out" | tr '\n' ' ')"
+        log "ok - the PostgreSQL 15 build is refused by $ESRC_PG's magic-block check: $(echo "$out" | tr '\n' ' ')"
+    elif [[ "$out" == *"could not load library"* && "$out" == *"undefined symbol"* ]]; then
+        log "ok - the PostgreSQL 15 build is refused by $ESRC_PG's dynamic linker: $(echo "$out" | tr '\n' ' ')"
     else
         log "FAIL - loading the PostgreSQL 15 build into $ESRC_PG gave: $out"; status=1
     fi
+    expect_up=$(psql -qAtX -h 127.0.0.1 -p "$port" -U postgres -c "SELECT 1" 2>&1 || true)
+    [ "$expect_up" = 1 ] && log "ok - the server goes on" || { log "FAIL - the server is gone: $expect_up"; status=1; }
 fi
 exit $status

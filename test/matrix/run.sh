@@ -3,11 +3,15 @@
 # (test/run-*.sh, by name without .sh) against PostgreSQL MAJOR inside the
 # Debian root that test/matrix/root.sh builds (17: trixie, 18: forky), on a
 # copy of this source tree, and print the inner "N passed, N failed" line
-# last.  The root shares the host's network namespace, so every server
-# and broker it starts listens on the host's loopback; the Kafka jars come
-# from the host's cache (bind-mounted read-only).  Exit status 0 when all
-# passed, 1 when any failed, 3 when the root cannot be had here (the
-# message says why; test/all.sh counts that as a failure, never as a pass).
+# last.
+# test/matrix/run.sh MAJOR -- COMMAND...: build and install there, then
+# run the command in the tree's copy instead (a benchmark, for example:
+# "test/matrix/run.sh 17 -- bash bench/append").
+# The root shares the host's network namespace, so every server and broker
+# it starts listens on the host's loopback; the Kafka jars come from the
+# host's cache (bind-mounted read-only).  Exit status 0 when all passed, 1
+# when any failed, 3 when the root cannot be had here (the message says
+# why; test/all.sh counts that as a failure, never as a pass).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$ESRC_ROOT/test/kafka/env.sh"
@@ -56,11 +60,17 @@ mkdir -p "$root/build/esrc"
 chmod -R a+rX "$root/build"
 
 log "PostgreSQL $major in $(basename "$root"): $*"
+if [ "$1" = -- ]; then
+    shift
+    cmd=(bash -c 'cd /build/esrc && source test/lib.sh && build_install && exec "$@"' run "$@")
+else
+    cmd=(bash /build/esrc/test/all.sh)
+fi
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
     ESRC_PG="$major" ESRC_TESTS="$*" ESRC_MATRIX=none ESRC_WERROR=1 \
     ESRC_FUZZ_SECONDS="${ESRC_MATRIX_FUZZ_SECONDS:-20}" ${CI:+CI=$CI} \
-    bash /build/esrc/test/all.sh
+    "${cmd[@]}"
 rc=$?
 set -e
 exit $rc
