@@ -43,7 +43,13 @@ mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)\/* *$/\1/p' /etc/apt/sources.li
 [ -n "$mirror" ] || { echo "root.sh: no Debian mirror found in /etc/apt/sources.list*" >&2; exit 2; }
 
 mkdir -p "$roots"
-rm -rf "$roots/$suite-"*      # older package lists, and any half-built root
+# older package lists, and any half-built root; never into a mount that a
+# test/matrix/run.sh broken off left behind (/dev, /proc, /sys)
+for old in "$roots/$suite-"*; do
+    [ -e "$old" ] || continue
+    awk -v p="$old/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r | xargs -r -n1 umount -l
+    rm -rf --one-file-system "$old"
+done
 tmp=$roots/$suite-$hash
 log "building a Debian $suite root for PostgreSQL $major from $mirror (a few minutes)"
 if ! debootstrap --variant=minbase --include="$packages" "$suite" "$tmp" "$mirror" \

@@ -28,6 +28,12 @@ if [ $rc -ne 0 ]; then
 fi
 kafka_libs=$(bash "$ESRC_ROOT/test/kafka/fetch.sh")
 
+# one run at a time in a root (the mounts and the tree's copy are the
+# root's); the lock is not passed on to what runs inside, so a server left
+# running there cannot hold it
+exec 9>"$root/.matrix.lock"
+flock -w 3600 9 || die "the PostgreSQL $major root is busy (another test/matrix/run.sh for an hour)"
+
 mounts=()
 cleanup() {
     local i
@@ -70,7 +76,7 @@ set +e
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
     ESRC_PG="$major" ESRC_TESTS="$*" ESRC_MATRIX=none ESRC_WERROR=1 \
     ESRC_FUZZ_SECONDS="${ESRC_MATRIX_FUZZ_SECONDS:-20}" ${CI:+CI=$CI} \
-    "${cmd[@]}"
+    "${cmd[@]}" 9>&-
 rc=$?
 set -e
 exit $rc
