@@ -516,7 +516,7 @@ typedef enum ConfKind
 /*
  * A librdkafka configuration: our defaults, then the user's properties,
  * then what the forwarder's guarantees depend on (esrc.kafka_properties
- * cannot change those: forwarder.c's check hook refuses them).  NULL and
+ * cannot change those: fwdconf.c's check hook refuses them).  NULL and
  * a message on failure.
  */
 static rd_kafka_conf_t *
