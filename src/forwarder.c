@@ -17,7 +17,7 @@
  *
  * Position: the last forwarded position lives where it is committed.  In
  * exactly_once mode that is the Kafka offsets topic (written in the same
- * Kafka transaction as the records, see kafka.c); in at_least_once mode
+ * Kafka transaction as the records, see kafkapos.c); in at_least_once mode
  * it is the table esrc.forwarder_state, updated after delivery.  The
  * table also mirrors the Kafka position for esrc.forwarder_status and for
  * a switch between the modes; at connect we start from the larger of the

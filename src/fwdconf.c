@@ -15,7 +15,7 @@
  * guarantees depend on (reserved_properties) are refused here, and no
  * message ever shows a property's value: it may be a password.
  *
- * Talks to: forwarder.c (the worker reads the GUCs), kafka.c (property
+ * Talks to: forwarder.c (the worker reads the GUCs), kafkaconf.c (property
  * syntax, topic name rules), append.c (which calls the append-time
  * checks through esrc.h).
  *

@@ -16,7 +16,7 @@
  *
  * Position mirror: in at_least_once mode esrc.forwarder_state.position is
  * the authority, written after delivery; in exactly_once mode the
- * authority is the Kafka offsets topic (kafka.c) and the table mirrors it
+ * authority is the Kafka offsets topic (kafkapos.c) and the table mirrors it
  * at most every MIRROR_INTERVAL_MS, and when the worker goes idle.  The
  * update never moves the position back.
  *
