@@ -23,7 +23,7 @@ endif
 SHLIB_LINK   = -lrdkafka
 
 # Test builds: make ESRC_TOPIC_CACHE_SIZE=8 lowers the forwarder's topic
-# cache (src/kafka.c) so that one batch can span more topics than it holds.
+# cache (src/kafkatopic.c) so that one batch can span more topics than it holds.
 ifdef ESRC_TOPIC_CACHE_SIZE
 PG_CPPFLAGS += -DESRC_TOPIC_CACHE_SIZE=$(ESRC_TOPIC_CACHE_SIZE)
 endif

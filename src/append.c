@@ -288,7 +288,7 @@ scalar_text_size(JsonbValue *v)
  * would expand to.  Without this, a 100 kB value such as an array of
  * 9,000 numbers 1e131071 (10 bytes each in jsonb, 131,072 characters as
  * text) could be stored and then never be read as text again.
- * forwarder.c uses it too, for events stored before this check existed.
+ * fwdread.c uses it too, for events stored before this check existed.
  */
 Size
 esrc_jsonb_text_size(Jsonb *jb, Size limit)
@@ -364,7 +364,7 @@ esrc_jsonb_text_size(Jsonb *jb, Size limit)
  * locked: the stored (jsonb) size and the size as JSON text, which is what
  * readers print and what the forwarder sends, are each at most
  * esrc.max_event_size; when this database is forwarded, the text must also
- * fit in one Kafka record (forwarder.c).
+ * fit in one Kafka record (fwdconf.c).
  */
 static void
 check_event_size(int index, Jsonb *data, Jsonb *metadata)

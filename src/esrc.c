@@ -8,7 +8,7 @@
  * forwarder live in shared memory that only the postmaster can allocate.
  * This file owns EsrcSharedState and hands the inflight[] part of it to
  * order.c.  GUCs are declared here, except the forwarder's, which
- * forwarder.c defines (with its worker) from esrc_forwarder_init().
+ * fwdconf.c defines (with its worker) from esrc_forwarder_init().
  *
  *-------------------------------------------------------------------------
  */

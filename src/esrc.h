@@ -7,8 +7,9 @@
  * registry of in-flight appends and the safe read horizon; append.c owns
  * the version-checked write path; read.c owns the read functions and
  * the index scans of the log;
- * forwarder.c owns the Kafka forwarder (its GUCs, background worker and
- * status), with the librdkafka glue in kafka.c.
+ * forwarder.c owns the Kafka forwarder's background worker, with its
+ * GUCs in fwdconf.c, its reads in fwdread.c and its status in
+ * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -55,7 +56,7 @@ typedef struct EsrcInflightSlot
 } EsrcInflightSlot;
 
 /*
- * What the Kafka forwarder worker (forwarder.c) publishes for
+ * What the Kafka forwarder worker (forwarder.c, fwdstatus.c) publishes for
  * esrc.forwarder_status and reads from esrc.forwarder_pause()/resume().
  * Only the worker writes the fields under mutex; any backend reads them
  * under mutex.  "paused" is written by the SQL functions and read by the
@@ -68,8 +69,8 @@ typedef struct EsrcForwarderShared
 {
 	pg_atomic_uint32 paused;	/* 1 = esrc.forwarder_pause() in effect */
 	pg_atomic_uint32 changecount;	/* odd while the worker writes what
-									 * follows (forwarder.c) */
-	int			state;			/* EsrcForwarderState (forwarder.c) */
+									 * follows (fwdstatus.c) */
+	int			state;			/* EsrcForwarderState (forwarder.h) */
 	int			pid;			/* worker pid, 0 = no worker */
 	TimestampTz state_since;	/* when state last changed */
 	char		detail[ESRC_FWD_ERROR_LEN];	/* why idle/blocked, free text */
@@ -104,10 +105,10 @@ extern EsrcSharedState *esrc_shared;
 /* esrc.c */
 extern void esrc_require_shared(void);
 
-/* forwarder.c */
+/* fwdconf.c: the forwarder's GUCs and worker; fwdstatus.c: its status */
 extern void esrc_forwarder_init(void);
 extern void esrc_forwarder_shmem_init(void);
-/* forwarder.c: what an append may hold when this database is forwarded */
+/* fwdconf.c: what an append may hold when this database is forwarded */
 extern Size esrc_forwarder_event_limit(void);
 extern void esrc_forwarder_refuse_size(int index, Size limit);
 extern void esrc_forwarder_check_category(const char *category);

@@ -1,278 +1,85 @@
 /*-------------------------------------------------------------------------
  *
  * kafka.c
- *	  librdkafka glue for the forwarder: configuration, the producer, the
- *	  position record, topic creation and the delivery of one batch.
+ *	  librdkafka glue for the forwarder: connecting, the producers,
+ *	  delivery reports, waiting, and the delivery of one batch (produce,
+ *	  transactions).
  *
  * forwarder.c decides what to send and when; this file knows how.  An
  * EsrcKafka handle owns one librdkafka producer (transactional in
- * exactly-once mode) and a cache of topic handles.
+ * exactly-once mode; two of them, used in turn) and a cache of topic
+ * handles (kafkatopic.c).  The configuration of each client and
+ * librdkafka's log are kafkaconf.c's; the position record is kafkapos.c's;
+ * kafkaint.h has what the four files share.
  *
  * Threads: librdkafka runs its own threads.  They never call into
- * PostgreSQL: log lines and errors go into a small ring buffer under a
- * pthread mutex (log_cb, error_cb), and delivery reports are served by
- * rd_kafka_poll()/flush() in the worker's own thread, where dr_cb writes
- * nothing but two fields of the record it reports on.  The worker turns
- * the ring buffer into ereport(LOG) with esrc_kafka_emit_log().  Every
- * client is created with all signals blocked (new_rk), so librdkafka's
- * threads, which inherit the mask, never run PostgreSQL's handlers.
+ * PostgreSQL (their log lines and errors go to kafkaconf.c's ring
+ * buffer), and delivery reports are served by rd_kafka_poll()/flush() in
+ * the worker's own thread, where kafka_dr_cb writes nothing but two
+ * fields of the record it reports on.  Every client is created with all
+ * signals blocked (kafka_new_rk), so librdkafka's threads, which inherit
+ * the mask, never run PostgreSQL's handlers.
  *
  * Waiting: every blocking librdkafka call gets a short timeout and is
  * repeated (the transactional calls are resumable), with
- * CHECK_FOR_INTERRUPTS() in between, so SIGTERM and postmaster death are
- * honoured within about a second.  Nothing here raises an ERROR for a
- * Kafka failure: the caller gets an EsrcKafkaStatus and a message.
+ * CHECK_FOR_INTERRUPTS() in between (kafka_between_slices), so SIGTERM
+ * and postmaster death are honoured within about a second.  Nothing here
+ * raises an ERROR for a Kafka failure: the caller gets an EsrcKafkaStatus
+ * and a message.
  *
- * Exit: the handle being connected and the consumer of read_position()
- * are known to esrc_kafka_shutdown() from the moment they exist, so a
- * SIGTERM in any wait of connect (which ends the process from
- * CHECK_FOR_INTERRUPTS) still closes them.  Closing never flushes:
- * whatever is queued or in flight is purged first, so rd_kafka_destroy()
- * does not wait for a broker that does not answer.
+ * Exit: the handle being connected and the consumer of
+ * kafka_read_position() are known to esrc_kafka_shutdown() from the
+ * moment they exist, so a SIGTERM in any wait of connect (which ends the
+ * process from CHECK_FOR_INTERRUPTS) still closes them.  Closing never
+ * flushes: whatever is queued or in flight is purged first, so
+ * rd_kafka_destroy() does not wait for a broker that does not answer.
  *
- * Secrets: esrc.kafka_properties may hold passwords.  Messages built here
- * name a property but never show its value.
+ * Exactly once: the position record (kafkapos.c) goes to the compacted
+ * offsets topic in the same Kafka transaction as the records up to its
+ * position.  At connect, init_transactions() fences any earlier
+ * incarnation of the same client id and completes or aborts its open
+ * transaction; then kafka_read_position() reads the offsets topic to its
+ * end.  With a backlog, two batches are in flight on the two producers
+ * (one being committed, the next being sent); the rules that keep that
+ * exactly once are at struct EsrcKafka (kafkaint.h).  See
+ * docs/forwarder.md for the failure analysis.
  *
- * Exactly once: the position record (key = the forwarder's client id,
- * value = {"log_id":..,"database":..,"position":N}, real JSON, read back
- * with PostgreSQL's JSON parser) goes to the compacted offsets topic in the
- * same Kafka transaction as the records up to N.  At connect,
- * init_transactions() fences any earlier incarnation of the same client
- * id and completes or aborts its open transaction; then a read_committed
- * consumer reads the offsets topic to its end to learn N.  With a
- * backlog, two batches are in flight on the two producers (one being
- * committed, the next being sent); the rules that keep that exactly once
- * are at struct EsrcKafka.  See docs/forwarder.md for the failure
- * analysis.
+ * Talks to: forwarder.c (its only caller, through kafka.h), kafkaconf.c,
+ * kafkatopic.c, kafkapos.c.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <pthread.h>
 #include <signal.h>
 
 #include <librdkafka/rdkafka.h>
 
-#include "common/jsonapi.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
-#include "utils/hsearch.h"
-#include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "esrc.h"
 #include "kafka.h"
-
-/* Bounds of the waits (milliseconds). */
-#define SLICE_MS			200		/* one blocking librdkafka call */
-#define CONNECT_BUDGET_MS	8000	/* init_transactions, offsets topic */
-#define POSITION_BUDGET_MS	90000	/* reading the offsets topic to its end */
-#define METADATA_MS			5000
-#define ADMIN_MS			10000
-#define COMMIT_BUDGET_MS	15000	/* retriable commit/abort/flush errors */
-#define QUEUE_FULL_BUDGET_MS 30000
-
-#define MAX_TOPIC_NAME		249		/* Kafka's limit */
-#define MAX_PRODUCERS		2
-
-/*
- * Topic handles kept between batches.  A batch may use more (they are
- * evicted only between batches, esrc_kafka_trim_topics); a test build
- * lowers it (make ESRC_TOPIC_CACHE_SIZE=8, test/run-45-forward-topic-cache.sh).
- */
-#ifndef ESRC_TOPIC_CACHE_SIZE
-#define ESRC_TOPIC_CACHE_SIZE	1024
-#endif
-
-struct EsrcKafkaTopic
-{
-	char		name[MAX_TOPIC_NAME + 1];	/* hash key */
-	rd_kafka_topic_t *rkt[MAX_PRODUCERS];	/* one per producer */
-	bool		exists;			/* seen in metadata or created by us */
-	bool		pinned;			/* used by a batch in flight (trim) */
-};
-
-/*
- * Exactly once uses two transactional producers in turn ("esrc-<log>-0"
- * and "-1"), one Kafka transaction per batch, and keeps up to two batches
- * in flight: the next batch's transaction (on the other producer) may
- * send its records while the previous one's commit (EndTxn) is under way
- * (forwarder.c does so only with a backlog).  Three rules keep that safe:
- *
- *   1. a batch's records are produced only after every record of the
- *      batch before it (and its position record) has been acknowledged
- *      by Kafka, so in every partition they come after them (the
- *      idempotent producer keeps the order within one producer; across
- *      the two producers this rule does);
- *   2. a batch's commit is requested only after the commit of the batch
- *      before it has returned successfully;
- *   3. when that commit fails in any way, the later batch is aborted
- *      (or, when even that fails, both producers are dropped: the next
- *      incarnation's init_transactions() aborts a transaction whose
- *      commit was never requested).
- *
- * So Kafka's committed records are always a prefix of the log in position
- * order, and the last committed position record is the largest one: what
- * a read_committed consumer sees is what a strictly sequential forwarder
- * would have committed.  Alternating the producers also keeps a new
- * transaction off a producer whose last transaction's markers the
- * coordinator is still writing (it would be refused with
- * CONCURRENT_TRANSACTIONS and retried by librdkafka 20 ms later).
- *
- * At least once uses one idempotent producer and one batch at a time.
- */
-
-/*
- * One batch between esrc_kafka_start() and esrc_kafka_finish(), on one
- * producer (slot i belongs to producer i).
- */
-typedef struct TxnSlot
-{
-	bool		in_flight;
-	bool		begun;			/* exactly once: begin_transaction() done,
-								 * nothing produced yet */
-	uint32		gen;			/* delivery reports of this batch carry it */
-	EsrcKafkaRecord *recs;
-	int			nrecs;
-	int			nprod;			/* records [0, nprod) were queued */
-	int			last;			/* last index the position record covers */
-	int			position_err;	/* report of the position record */
-	bool		position_acked;
-	char		poison_err[512];	/* why recs[nprod] was refused locally */
-	instr_time	started;
-	bool		waiting;		/* wait_start is set */
-	instr_time	wait_start;		/* the commit's time budget counts from here */
-	EsrcKafkaTiming timing;
-} TxnSlot;
-
-struct EsrcKafka
-{
-	rd_kafka_t *rks[MAX_PRODUCERS];
-	int			nrk;
-	int			cur;			/* producer of the next batch */
-	int			oldest;			/* slot of the oldest batch in flight */
-	int			nflight;		/* batches in flight: 0, 1 or 2 */
-	bool		exactly_once;
-	char	   *client_id;
-	char	   *source;			/* ce_source */
-	char	   *position_prefix;	/* value of the position record up to N */
-	char	   *brokers;
-	char	   *properties;
-	rd_kafka_topic_t *offsets_rkts[MAX_PRODUCERS];
-	HTAB	   *topics;
-	MemoryContext cxt;
-	TxnSlot		slots[MAX_PRODUCERS];
-	EsrcKafkaTiming timing;		/* of the last batch finished */
-};
-
-/*
- * Delivery reports.  The opaque of each produced message is
- * (generation << 32) | index, the producer's opaque is its TxnSlot;
- * reports of another generation than the slot's (a batch given up on)
- * are ignored, so dr_cb never writes into freed memory.
- */
-#define POSITION_INDEX	0xFFFFFFFFu
-
-static uint32 dr_gen = 0;		/* last generation handed out */
-
-/* The ring buffer of log lines from librdkafka threads. */
-#define LOG_RING		1024
-#define LOG_LINE		400
-
-typedef struct LogLine
-{
-	int			level;			/* syslog level */
-	bool		routine;		/* a connection failure: the status has it */
-	char		text[LOG_LINE];
-} LogLine;
-
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static LogLine log_ring[LOG_RING];
-static int	log_first = 0;
-static int	log_count = 0;
-static int	log_dropped = 0;
-static char last_error[LOG_LINE];	/* latest error_cb text, under log_lock */
-static int	log_max_level = 4;	/* 7 when esrc.kafka_properties sets debug */
+#include "kafkaint.h"
 
 EsrcKafkaWaitHook esrc_kafka_wait_hook = NULL;
+
+static uint32 dr_gen = 0;		/* last generation handed out (POSITION_INDEX) */
 
 /* time spent producing (queueing) and committing/draining, for DEBUG1 */
 double		esrc_kafka_produce_ms = 0;
 double		esrc_kafka_commit_ms = 0;
 
-static void
-log_push(int level, bool routine, const char *fmt,...)
-pg_attribute_printf(3, 4);
-
-static void
-log_push(int level, bool routine, const char *fmt,...)
-{
-	va_list		ap;
-	LogLine    *line;
-
-	pthread_mutex_lock(&log_lock);
-	if (log_count == LOG_RING)
-		log_dropped++;
-	else
-	{
-		line = &log_ring[(log_first + log_count) % LOG_RING];
-		line->level = level;
-		line->routine = routine;
-		va_start(ap, fmt);
-		vsnprintf(line->text, LOG_LINE, fmt, ap);
-		va_end(ap);
-		log_count++;
-	}
-	pthread_mutex_unlock(&log_lock);
-}
-
-/* librdkafka log_cb: any thread; no PostgreSQL calls. */
-static void
-log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-	/*
-	 * 0-4: emerg .. warning; 5+ is notice/info/debug.  The user's producer
-	 * properties also go to the consumer that reads the position, which
-	 * says it ignores them: not worth a log line.
-	 */
-	if (strcmp(fac, "CONFWARN") == 0 &&
-		strstr(buf, "is a producer property and will be ignored") != NULL)
-		return;
-	if (level <= log_max_level)
-		log_push(level,
-				 strcmp(fac, "FAIL") == 0 || strcmp(fac, "GETPID") == 0 ||
-				 strcmp(fac, "COORDERR") == 0,
-				 "%s: %s", fac, buf);
-}
-
-/* librdkafka error_cb: served by rd_kafka_poll (our thread), but kept simple */
-static void
-error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
-{
-	pthread_mutex_lock(&log_lock);
-	snprintf(last_error, sizeof(last_error), "%s", reason);
-	pthread_mutex_unlock(&log_lock);
-
-	/* transport errors are reported in the status; log only the serious ones */
-	if (err == RD_KAFKA_RESP_ERR__FATAL ||
-		err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
-		err == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
-		err == RD_KAFKA_RESP_ERR__SSL)
-		log_push(3, err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN,
-				 "%s: %s", rd_kafka_err2name(err), reason);
-}
-
 /*
  * Delivery report callback: called from rd_kafka_poll/flush in our thread,
  * opaque is the producer's TxnSlot.
  */
-static void
-dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+void
+kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
 	TxnSlot    *slot = (TxnSlot *) opaque;
 	uint64		tag = (uint64) (uintptr_t) msg->_private;
@@ -293,309 +100,13 @@ dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 	}
 }
 
-/*
- * Write librdkafka's buffered log lines to the server log.  Worker thread
- * only; may ereport(LOG).
- */
-void
-esrc_kafka_emit_log(void)
-{
-	for (;;)
-	{
-		LogLine		line;
-		int			dropped = 0;
-		bool		have = false;
-
-		pthread_mutex_lock(&log_lock);
-		if (log_count > 0)
-		{
-			line = log_ring[log_first];
-			log_first = (log_first + 1) % LOG_RING;
-			log_count--;
-			have = true;
-		}
-		else if (log_dropped > 0)
-		{
-			dropped = log_dropped;
-			log_dropped = 0;
-		}
-		pthread_mutex_unlock(&log_lock);
-
-		/*
-		 * Connection failures repeat at every reconnect while Kafka is
-		 * down; esrc.forwarder_status and our own warning report them.
-		 */
-		if (have)
-			ereport(line.routine && log_max_level <= 4 ? DEBUG1 : LOG,
-					(errmsg("esrc forwarder: librdkafka: %s", line.text)));
-		else
-		{
-			if (dropped > 0)
-				ereport(LOG,
-						(errmsg("esrc forwarder: %d librdkafka log lines were dropped",
-								dropped)));
-			break;
-		}
-	}
-}
-
-const char *
-esrc_kafka_version(void)
-{
-	return rd_kafka_version_str();
-}
-
-/* ----------------------------------------------------------------
- * Configuration
- * ----------------------------------------------------------------
- */
-
-/*
- * Parse esrc.kafka_properties: "name=value" entries separated by ";",
- * whitespace around names and values ignored, "\;" and "\\" escape a
- * semicolon and a backslash in a value.  Calls cb for each entry; stops
- * when it returns false.  Returns 0 when all entries were accepted, 1 on
- * a syntax error (*errpos says what, statically allocated), 2 when the
- * callback refused an entry.  Works in the current memory context; never
- * ereports.
- */
-int
-esrc_kafka_parse_properties(const char *props,
-							bool (*cb) (const char *name, const char *value, void *arg),
-							void *arg, const char **errpos)
-{
-	size_t		len = strlen(props);
-	char	   *buf = palloc(len + 1);
-	const char *p = props;
-	int			result = 0;
-
-	*errpos = NULL;
-	while (*p)
-	{
-		char	   *name;
-		char	   *value;
-		char	   *o = buf;
-		char	   *eq = NULL;
-		char	   *end;
-
-		/* copy one entry, unescaping, and remember the first "=" */
-		while (*p && *p != ';')
-		{
-			if (*p == '\\' && (p[1] == ';' || p[1] == '\\'))
-				p++;
-			else if (*p == '=' && eq == NULL)
-				eq = o;
-			*o++ = *p++;
-		}
-		*o = '\0';
-		if (*p == ';')
-			p++;
-
-		/* skip empty entries (e.g. after a trailing ";") */
-		name = buf;
-		while (*name == ' ' || *name == '\t' || *name == '\n' || *name == '\r')
-			name++;
-		if (*name == '\0')
-			continue;
-		if (eq == NULL)
-		{
-			*errpos = "an entry has no \"=\"";
-			result = 1;
-			break;
-		}
-		*eq = '\0';
-		value = eq + 1;
-		end = eq;
-		while (end > name && (end[-1] == ' ' || end[-1] == '\t' ||
-							  end[-1] == '\n' || end[-1] == '\r'))
-			*--end = '\0';
-		while (*value == ' ' || *value == '\t' || *value == '\n' || *value == '\r')
-			value++;
-		end = value + strlen(value);
-		while (end > value && (end[-1] == ' ' || end[-1] == '\t' ||
-							   end[-1] == '\n' || end[-1] == '\r'))
-			*--end = '\0';
-		if (*name == '\0')
-		{
-			*errpos = "an entry has an empty property name";
-			result = 1;
-			break;
-		}
-		for (end = name; *end; end++)
-		{
-			if (!((*end >= 'a' && *end <= 'z') || (*end >= 'A' && *end <= 'Z') ||
-				  (*end >= '0' && *end <= '9') || *end == '.' || *end == '_' ||
-				  *end == '-'))
-			{
-				*errpos = "a property name contains a character other than letters, digits, \".\", \"_\" and \"-\"";
-				result = 1;
-				break;
-			}
-		}
-		if (result != 0)
-			break;
-		if (!cb(name, value, arg))
-		{
-			result = 2;
-			break;
-		}
-	}
-	pfree(buf);
-	return result;
-}
-
-/* Kafka topic names: 1-249 characters of [a-zA-Z0-9._-], not "." or "..". */
-bool
-esrc_kafka_valid_topic_name(const char *name)
-{
-	size_t		len = strlen(name);
-	const char *c;
-
-	if (len == 0 || len > MAX_TOPIC_NAME)
-		return false;
-	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-		return false;
-	for (c = name; *c; c++)
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-			  (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' || *c == '-'))
-			return false;
-	return true;
-}
-
-typedef struct ConfArg
-{
-	rd_kafka_conf_t *conf;
-	char	   *err;
-	size_t		errlen;
-} ConfArg;
-
-static bool
-conf_set_cb(const char *name, const char *value, void *arg)
-{
-	ConfArg    *a = (ConfArg *) arg;
-	char		ignored[512];
-	rd_kafka_conf_res_t res;
-
-	/* librdkafka's debug contexts: pass their output to the server log */
-	if (strcmp(name, "debug") == 0 && value[0] != '\0')
-		log_max_level = 7;
-
-	res = rd_kafka_conf_set(a->conf, name, value, ignored, sizeof(ignored));
-	if (res == RD_KAFKA_CONF_OK)
-		return true;
-	/* never show the value: it may be a password */
-	if (res == RD_KAFKA_CONF_UNKNOWN)
-		snprintf(a->err, a->errlen,
-				 "esrc.kafka_properties: librdkafka %s does not know property \"%s\"",
-				 rd_kafka_version_str(), name);
-	else
-		snprintf(a->err, a->errlen,
-				 "esrc.kafka_properties: librdkafka refuses the value of property \"%s\"",
-				 name);
-	return false;
-}
-
-static bool
-conf_set(rd_kafka_conf_t *conf, const char *name, const char *value,
-		 char *err, size_t errlen)
-{
-	char		errstr[512];
-
-	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK)
-		return true;
-	snprintf(err, errlen, "cannot set librdkafka property \"%s\": %s", name, errstr);
-	return false;
-}
-
-typedef enum ConfKind
-{
-	CONF_PRODUCER,
-	CONF_CONSUMER
-} ConfKind;
-
-/*
- * A librdkafka configuration: our defaults, then the user's properties,
- * then what the forwarder's guarantees depend on (esrc.kafka_properties
- * cannot change those: forwarder.c's check hook refuses them).  NULL and
- * a message on failure.
- */
-static rd_kafka_conf_t *
-build_conf(EsrcKafka *k, ConfKind kind, char *err, size_t errlen)
-{
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	const char *errpos;
-	ConfArg		arg;
-	char		txn_id[128];
-
-	log_max_level = 4;
-
-	if (!conf_set(conf, "bootstrap.servers", k->brokers, err, errlen) ||
-		!conf_set(conf, "client.id", "esrc-forwarder", err, errlen) ||
-		!conf_set(conf, "log.queue", "true", err, errlen) ||
-		!conf_set(conf, "socket.nagle.disable", "true", err, errlen))
-		goto fail;
-	if (kind == CONF_PRODUCER)
-	{
-		/* defaults the user may change */
-		if (!conf_set(conf, "linger.ms", "1", err, errlen) ||
-			!conf_set(conf, "retry.backoff.ms", "20", err, errlen) ||
-			!conf_set(conf, "queue.buffering.max.messages", "1000000", err, errlen))
-			goto fail;
-	}
-
-	arg.conf = conf;
-	arg.err = err;
-	arg.errlen = errlen;
-	switch (esrc_kafka_parse_properties(k->properties, conf_set_cb, &arg, &errpos))
-	{
-		case 0:
-			break;
-		case 1:
-			snprintf(err, errlen, "esrc.kafka_properties: %s", errpos);
-			goto fail;
-		default:
-			goto fail;
-	}
-
-	if (kind == CONF_PRODUCER)
-	{
-		if (!conf_set(conf, "enable.idempotence", "true", err, errlen) ||
-			!conf_set(conf, "acks", "all", err, errlen) ||
-			!conf_set(conf, "partitioner", "murmur2_random", err, errlen) ||
-			!conf_set(conf, "allow.auto.create.topics", "false", err, errlen))
-			goto fail;
-		snprintf(txn_id, sizeof(txn_id), "%s-%d", k->client_id, k->nrk);
-		if (k->exactly_once &&
-			!conf_set(conf, "transactional.id", txn_id, err, errlen))
-			goto fail;
-		rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
-		rd_kafka_conf_set_opaque(conf, &k->slots[k->nrk]);
-	}
-	else
-	{
-		if (!conf_set(conf, "isolation.level", "read_committed", err, errlen) ||
-			!conf_set(conf, "enable.partition.eof", "true", err, errlen) ||
-			!conf_set(conf, "enable.auto.commit", "false", err, errlen) ||
-			!conf_set(conf, "enable.auto.offset.store", "false", err, errlen) ||
-			!conf_set(conf, "group.id", k->client_id, err, errlen))
-			goto fail;
-	}
-	rd_kafka_conf_set_log_cb(conf, log_cb);
-	rd_kafka_conf_set_error_cb(conf, error_cb);
-	return conf;
-
-fail:
-	rd_kafka_conf_destroy(conf);
-	return NULL;
-}
-
 /* ----------------------------------------------------------------
  * Waiting
  * ----------------------------------------------------------------
  */
 
-static int64
-elapsed_ms(instr_time start)
+int64
+kafka_elapsed_ms(instr_time start)
 {
 	instr_time	now;
 
@@ -609,8 +120,8 @@ elapsed_ms(instr_time start)
  * SIGTERM and postmaster death, and tell the worker how long we have been
  * waiting.  May ereport(FATAL).
  */
-static void
-between_slices(instr_time start)
+void
+kafka_between_slices(instr_time start)
 {
 	CHECK_FOR_INTERRUPTS();
 	if (!PostmasterIsAlive())
@@ -619,20 +130,9 @@ between_slices(instr_time start)
 	{
 		char		errcopy[LOG_LINE];
 
-		pthread_mutex_lock(&log_lock);
-		strlcpy(errcopy, last_error, sizeof(errcopy));
-		pthread_mutex_unlock(&log_lock);
-		esrc_kafka_wait_hook(elapsed_ms(start), errcopy);
+		kafka_copy_last_error(errcopy, sizeof(errcopy));
+		esrc_kafka_wait_hook(kafka_elapsed_ms(start), errcopy);
 	}
-}
-
-/* Forget librdkafka's latest error, before an operation. */
-static void
-clear_last_error(void)
-{
-	pthread_mutex_lock(&log_lock);
-	last_error[0] = '\0';
-	pthread_mutex_unlock(&log_lock);
 }
 
 static void
@@ -672,318 +172,6 @@ txn_error(rd_kafka_error_t *error, const char *what, char *err, size_t errlen)
 }
 
 /* ----------------------------------------------------------------
- * Topics
- * ----------------------------------------------------------------
- */
-
-/* Errors after which a record or topic can never succeed as it is. */
-static bool
-is_poison(rd_kafka_resp_err_t e)
-{
-	switch (e)
-	{
-		case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-		case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-		case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-		case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-		case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-		case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-		case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
-		case RD_KAFKA_RESP_ERR_INVALID_PARTITIONS:
-		case RD_KAFKA_RESP_ERR_INVALID_REPLICATION_FACTOR:
-		case RD_KAFKA_RESP_ERR_INVALID_CONFIG:
-		case RD_KAFKA_RESP_ERR_INVALID_REQUEST:
-		case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
-			return true;
-		default:
-			return false;
-	}
-}
-
-/*
- * CreateTopics for one topic: partitions and replication factor -1 mean
- * the broker's defaults.  "Already exists" is success.
- */
-static EsrcKafkaStatus
-create_topic(EsrcKafka *k, const char *name, int partitions, bool compacted,
-			 char *err, size_t errlen)
-{
-	char		errstr[512];
-	rd_kafka_NewTopic_t *nt;
-	rd_kafka_AdminOptions_t *opts;
-	rd_kafka_queue_t *q;
-	rd_kafka_event_t *ev = NULL;
-	EsrcKafkaStatus status = ESRC_KAFKA_OK;
-	instr_time	start;
-
-	nt = rd_kafka_NewTopic_new(name, partitions, -1, errstr, sizeof(errstr));
-	if (nt == NULL)
-	{
-		snprintf(err, errlen, "cannot create topic \"%s\": %s", name, errstr);
-		return ESRC_KAFKA_POISON;
-	}
-	if (compacted)
-	{
-		/*
-		 * One record per transaction, read from the start at every connect:
-		 * small segments that roll hourly keep the uncompacted tail short.
-		 */
-		rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
-		rd_kafka_NewTopic_set_config(nt, "segment.bytes", "16777216");
-		rd_kafka_NewTopic_set_config(nt, "segment.ms", "3600000");
-		rd_kafka_NewTopic_set_config(nt, "min.cleanable.dirty.ratio", "0.1");
-	}
-
-	opts = rd_kafka_AdminOptions_new(k->rks[0], RD_KAFKA_ADMIN_OP_CREATETOPICS);
-	rd_kafka_AdminOptions_set_request_timeout(opts, ADMIN_MS, errstr, sizeof(errstr));
-	rd_kafka_AdminOptions_set_operation_timeout(opts, ADMIN_MS, errstr, sizeof(errstr));
-	q = rd_kafka_queue_new(k->rks[0]);
-	rd_kafka_CreateTopics(k->rks[0], &nt, 1, opts, q);
-
-	INSTR_TIME_SET_CURRENT(start);
-	while (ev == NULL)
-	{
-		ev = rd_kafka_queue_poll(q, SLICE_MS);
-		if (ev == NULL)
-		{
-			if (elapsed_ms(start) > ADMIN_MS + 5000)
-				break;
-			between_slices(start);
-		}
-	}
-
-	if (ev == NULL)
-	{
-		snprintf(err, errlen, "cannot create topic \"%s\": no answer from Kafka", name);
-		status = ESRC_KAFKA_RETRY;
-	}
-	else if (rd_kafka_event_error(ev))
-	{
-		rd_kafka_resp_err_t e = rd_kafka_event_error(ev);
-
-		snprintf(err, errlen, "cannot create topic \"%s\": %s", name,
-				 rd_kafka_event_error_string(ev));
-		status = is_poison(e) ? ESRC_KAFKA_POISON : ESRC_KAFKA_RETRY;
-	}
-	else
-	{
-		const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(ev);
-		size_t		n;
-		const rd_kafka_topic_result_t **tr = rd_kafka_CreateTopics_result_topics(res, &n);
-		rd_kafka_resp_err_t e = n == 1 ? rd_kafka_topic_result_error(tr[0]) :
-		RD_KAFKA_RESP_ERR__FAIL;
-
-		if (e != RD_KAFKA_RESP_ERR_NO_ERROR &&
-			e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-		{
-			const char *msg = n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : NULL;
-
-			snprintf(err, errlen, "cannot create topic \"%s\": %s", name,
-					 msg ? msg : rd_kafka_err2str(e));
-			/* a timeout or a missing controller is transient */
-			status = (e == RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT ||
-					  e == RD_KAFKA_RESP_ERR__TIMED_OUT ||
-					  e == RD_KAFKA_RESP_ERR_NOT_CONTROLLER ||
-					  e == RD_KAFKA_RESP_ERR__TRANSPORT) ?
-				ESRC_KAFKA_RETRY : ESRC_KAFKA_POISON;
-		}
-	}
-	if (ev)
-		rd_kafka_event_destroy(ev);
-	rd_kafka_queue_destroy(q);
-	rd_kafka_AdminOptions_destroy(opts);
-	rd_kafka_NewTopic_destroy(nt);
-	return status;
-}
-
-/*
- * Does the topic exist?  OK with *partitions set, POISON when it does not
- * exist (*missing) or may not be used, RETRY when Kafka does not answer.
- */
-static EsrcKafkaStatus
-topic_metadata(EsrcKafka *k, rd_kafka_t *rk, rd_kafka_topic_t *rkt,
-			   const char *name, int *partitions, bool *missing,
-			   char *err, size_t errlen)
-{
-	const struct rd_kafka_metadata *md = NULL;
-	rd_kafka_resp_err_t e;
-	instr_time	start;
-	EsrcKafkaStatus status;
-
-	*missing = false;
-	INSTR_TIME_SET_CURRENT(start);
-	for (;;)
-	{
-		e = rd_kafka_metadata(rk, 0, rkt, &md, 1000);
-		if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-			break;
-		if (elapsed_ms(start) > METADATA_MS)
-		{
-			snprintf(err, errlen, "cannot get metadata of topic \"%s\": %s",
-					 name, rd_kafka_err2str(e));
-			return ESRC_KAFKA_RETRY;
-		}
-		between_slices(start);
-	}
-
-	if (md->topic_cnt != 1)
-	{
-		snprintf(err, errlen, "metadata of topic \"%s\" is missing", name);
-		status = ESRC_KAFKA_RETRY;
-	}
-	else if (md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-			 md->topics[0].partition_cnt > 0)
-	{
-		*partitions = md->topics[0].partition_cnt;
-		status = ESRC_KAFKA_OK;
-	}
-	else if (md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
-			 md->topics[0].err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
-			 md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		*missing = true;
-		snprintf(err, errlen, "topic \"%s\" does not exist", name);
-		status = ESRC_KAFKA_POISON;
-	}
-	else
-	{
-		snprintf(err, errlen, "cannot use topic \"%s\": %s", name,
-				 rd_kafka_err2str(md->topics[0].err));
-		status = is_poison(md->topics[0].err) ? ESRC_KAFKA_POISON : ESRC_KAFKA_RETRY;
-	}
-	rd_kafka_metadata_destroy(md);
-	return status;
-}
-
-static void
-topic_destroy(EsrcKafka *k, EsrcKafkaTopic *t)
-{
-	int			i;
-
-	for (i = 0; i < k->nrk; i++)
-		if (t->rkt[i] != NULL)
-			rd_kafka_topic_destroy(t->rkt[i]);
-}
-
-/*
- * Make sure a topic exists, creating it with the broker's default
- * partition count and replication factor, and return its cached handle.
- * POISON means the topic can never be used as configured (invalid name,
- * refused by the broker's policy or ACLs).
- */
-EsrcKafkaStatus
-esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
-				 char *err, size_t errlen)
-{
-	EsrcKafkaTopic *t;
-	bool		found;
-	char		key[MAX_TOPIC_NAME + 1];
-	int			partitions;
-	bool		missing;
-	EsrcKafkaStatus status;
-	int			i;
-
-	*topic = NULL;
-	if (!esrc_kafka_valid_topic_name(name))
-	{
-		snprintf(err, errlen,
-				 "topic name \"%.*s\" is not valid in Kafka (1 to 249 of the characters a-z, A-Z, 0-9, \".\", \"_\", \"-\")",
-				 MAX_TOPIC_NAME + 1, name);
-		return ESRC_KAFKA_POISON;
-	}
-	memset(key, 0, sizeof(key));
-	strlcpy(key, name, sizeof(key));
-
-	t = hash_search(k->topics, key, HASH_FIND, NULL);
-	if (t != NULL && t->exists)
-	{
-		*topic = t;
-		return ESRC_KAFKA_OK;
-	}
-	if (t == NULL)
-	{
-		/*
-		 * Never evict here: records resolved earlier in this pass point at
-		 * the cached entries (esrc_kafka_trim_topics does it between
-		 * batches).
-		 */
-		t = hash_search(k->topics, key, HASH_ENTER, &found);
-		t->exists = false;
-		t->pinned = false;
-		for (i = 0; i < k->nrk; i++)
-		{
-			t->rkt[i] = rd_kafka_topic_new(k->rks[i], name, NULL);
-			if (t->rkt[i] == NULL)
-			{
-				snprintf(err, errlen, "cannot use topic \"%s\": %s", name,
-						 rd_kafka_err2str(rd_kafka_last_error()));
-				topic_destroy(k, t);
-				hash_search(k->topics, key, HASH_REMOVE, NULL);
-				return ESRC_KAFKA_POISON;
-			}
-		}
-	}
-
-	status = topic_metadata(k, k->rks[0], t->rkt[0], name, &partitions, &missing, err, errlen);
-	if (status == ESRC_KAFKA_POISON && missing)
-	{
-		status = create_topic(k, name, -1, false, err, errlen);
-		if (status == ESRC_KAFKA_OK)
-			ereport(LOG,
-					(errmsg("esrc forwarder: created Kafka topic \"%s\"", name)));
-	}
-	if (status != ESRC_KAFKA_OK)
-		return status;
-	t->exists = true;
-	*topic = t;
-	return ESRC_KAFKA_OK;
-}
-
-/*
- * Keep the topic cache bounded: when it holds more than
- * ESRC_TOPIC_CACHE_SIZE handles, drop every handle that no batch in flight
- * uses.  Called before the topics of a batch are resolved (forwarder.c,
- * resolve_topics), which is the only time no record outside the batches
- * in flight points at an entry: a record's topic is a pointer to its
- * entry, so evicting during a pass (what this did before 0.2.0, on the
- * 1,025th topic) sent records resolved earlier in the pass to the topic
- * that took over their entry, or through a destroyed handle.
- */
-void
-esrc_kafka_trim_topics(EsrcKafka *k)
-{
-	HASH_SEQ_STATUS seq;
-	EsrcKafkaTopic *t;
-	int			p;
-	int			i;
-
-	if (k == NULL || hash_get_num_entries(k->topics) <= ESRC_TOPIC_CACHE_SIZE)
-		return;
-	hash_seq_init(&seq, k->topics);
-	while ((t = hash_seq_search(&seq)) != NULL)
-		t->pinned = false;
-	for (p = 0; p < MAX_PRODUCERS; p++)
-	{
-		TxnSlot    *slot = &k->slots[p];
-
-		if (!slot->in_flight || slot->recs == NULL)
-			continue;
-		for (i = 0; i < slot->nrecs; i++)
-			if (slot->recs[i].topic != NULL)
-				slot->recs[i].topic->pinned = true;
-	}
-	hash_seq_init(&seq, k->topics);
-	while ((t = hash_seq_search(&seq)) != NULL)
-	{
-		if (t->pinned)
-			continue;
-		topic_destroy(k, t);
-		/* dynahash allows removing the entry just returned */
-		hash_search(k->topics, t->name, HASH_REMOVE, NULL);
-	}
-}
-
-/* ----------------------------------------------------------------
  * Connecting
  * ----------------------------------------------------------------
  */
@@ -992,12 +180,11 @@ static EsrcKafkaStatus begin_txn(EsrcKafka *k, int p, char *err, size_t errlen);
 
 /*
  * The clients of this process that esrc_kafka_shutdown() closes at exit:
- * the handle being connected or in use (one at a time) and the consumer
- * of read_position() while it exists.
+ * the handle being connected or in use (one at a time) and (kafkapos.c)
+ * the consumer of kafka_read_position() while it exists.
  */
 static EsrcKafka *live_handle = NULL;
 static bool live_connecting = false;	/* live_handle is in connect */
-static rd_kafka_t *live_consumer = NULL;
 
 /*
  * rd_kafka_new with every signal blocked: the threads it starts inherit
@@ -1006,8 +193,8 @@ static rd_kafka_t *live_consumer = NULL;
  * PostgreSQL's handlers there.  Signals that arrive meanwhile stay
  * pending and are handled when the mask is restored.
  */
-static rd_kafka_t *
-new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
+rd_kafka_t *
+kafka_new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
 {
 	sigset_t	all;
 	sigset_t	old;
@@ -1018,14 +205,6 @@ new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
 	rk = rd_kafka_new(type, conf, errstr, errlen);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rk;
-}
-
-static void
-destroy_consumer(rd_kafka_t *rk)
-{
-	if (rk == live_consumer)
-		live_consumer = NULL;
-	rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 }
 
 static void
@@ -1059,7 +238,7 @@ esrc_kafka_destroy(EsrcKafka *k)
 
 	hash_seq_init(&seq, k->topics);
 	while ((t = hash_seq_search(&seq)) != NULL)
-		topic_destroy(k, t);
+		kafka_topic_destroy(k, t);
 	for (i = 0; i < k->nrk; i++)
 	{
 		if (k->offsets_rkts[i])
@@ -1082,291 +261,172 @@ esrc_kafka_shutdown(void)
 	if (live_connecting && live_handle != NULL)
 		ereport(LOG,
 				(errmsg("esrc forwarder: closing the Kafka clients of an interrupted connect")));
-	if (live_consumer != NULL)
-		destroy_consumer(live_consumer);
+	kafka_position_shutdown();
 	if (live_handle != NULL)
 		esrc_kafka_destroy(live_handle);
 }
 
-/*
- * Reading a position record's value: {"log_id":..,"database":..,
- * "position":N} as written by produce_position().  Only the top-level
- * member "position" counts, and it must be there once, as an integer.
- */
-typedef struct PositionParse
+/* A new handle, with copies of the settings and an empty topic cache. */
+static EsrcKafka *
+new_handle(const EsrcKafkaSettings *s)
 {
-	int			depth;			/* of objects and arrays */
-	bool		want;			/* the next value is the top "position" */
-	int			found;
-	bool		bad;
-	int64		position;
-} PositionParse;
+	MemoryContext cxt;
+	MemoryContext old;
+	EsrcKafka  *k;
 
-static ESRC_JSON_ACTION
-pp_nest_start(void *state)
-{
-	PositionParse *pp = (PositionParse *) state;
-
-	if (pp->want)
-		pp->bad = true;			/* "position" is not a number */
-	pp->want = false;
-	pp->depth++;
-	ESRC_JSON_DONE;
+	cxt = AllocSetContextCreate(TopMemoryContext, "esrc kafka", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	k = palloc0(sizeof(EsrcKafka));
+	k->cxt = cxt;
+	k->exactly_once = s->exactly_once;
+	k->client_id = pstrdup(s->client_id);
+	k->source = pstrdup(s->source);
+	k->brokers = pstrdup(s->brokers);
+	k->properties = pstrdup(s->properties);
+	k->position_prefix = kafka_position_prefix(s->log_id, s->database);
+	kafka_topics_create(k);
+	MemoryContextSwitchTo(old);
+	return k;
 }
 
-static ESRC_JSON_ACTION
-pp_nest_end(void *state)
-{
-	((PositionParse *) state)->depth--;
-	ESRC_JSON_DONE;
-}
-
-static ESRC_JSON_ACTION
-pp_field(void *state, char *fname, bool isnull)
-{
-	PositionParse *pp = (PositionParse *) state;
-
-	pp->want = (pp->depth == 1 && strcmp(fname, "position") == 0);
-	pfree(fname);				/* ours (jsonapi.h) */
-	ESRC_JSON_DONE;
-}
-
-static ESRC_JSON_ACTION
-pp_scalar(void *state, char *token, JsonTokenType tokentype)
-{
-	PositionParse *pp = (PositionParse *) state;
-	const char *c;
-	char	   *end;
-	long long	v;
-
-	if (!pp->want)
-	{
-		if (token)
-			pfree(token);
-		ESRC_JSON_DONE;
-	}
-	pp->want = false;
-	pp->found++;
-	for (c = token; *c; c++)
-		if (*c < '0' || *c > '9')
-			break;
-	errno = 0;
-	v = strtoll(token, &end, 10);
-	if (tokentype != JSON_TOKEN_NUMBER || *c != '\0' || c == token ||
-		errno != 0 || *end != '\0')
-		pp->bad = true;
-	else
-		pp->position = (int64) v;
-	if (token)
-		pfree(token);
-	ESRC_JSON_DONE;
-}
-
-/*
- * The position of a position record's value; -1 when it has none.  Frees
- * what it allocates: read_position() reads every record of the topic.
- */
-static int64
-parse_position(const char *value, size_t len)
-{
-	char	   *copy;
-	JsonLexContext *lex;
-	JsonSemAction sem;
-	PositionParse pp;
-	JsonParseErrorType rc;
-
-	if (len > 4096)
-		return -1;
-	copy = palloc(len + 1);
-	memcpy(copy, value, len);
-	copy[len] = '\0';
-	memset(&pp, 0, sizeof(pp));
-	memset(&sem, 0, sizeof(sem));
-	sem.semstate = &pp;
-	sem.object_start = pp_nest_start;
-	sem.object_end = pp_nest_end;
-	sem.array_start = pp_nest_start;
-	sem.array_end = pp_nest_end;
-	sem.object_field_start = pp_field;
-	sem.scalar = pp_scalar;
-	lex = esrc_json_lexer(copy, (int) len);
-	rc = pg_parse_json(lex, &sem);
-	esrc_json_lexer_free(lex);
-	pfree(copy);
-	if (rc != JSON_SUCCESS || pp.bad || pp.found != 1)
-		return -1;
-	return pp.position;
-}
-
-/*
- * Exactly once: read the offsets topic with a read_committed consumer up
- * to its end and return the last position recorded under our client id
- * (0 when there is none).  "The end" must include every transaction that
- * was open when we started: init_transactions() has completed ours, but
- * an open transaction of another producer on the topic holds back what a
- * read_committed consumer sees (its last stable offset).  So we read on
- * until we have passed the high watermark seen at the first end of
- * partition, not just to the first end of partition.
- */
+/* The producers of k: two in exactly-once mode, one otherwise. */
 static EsrcKafkaStatus
-read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
-			  char *err, size_t errlen)
+create_producers(EsrcKafka *k, char *err, size_t errlen)
 {
 	rd_kafka_conf_t *conf;
-	rd_kafka_t *rk;
-	rd_kafka_topic_t *rkt;
-	rd_kafka_topic_partition_list_t *parts;
 	char		errstr[512];
-	int			npart = 0;
-	int			ndone = 0;
-	int64	   *target;
-	bool	   *done;
-	bool		missing;
-	EsrcKafkaStatus status;
+
+	while (k->nrk < (k->exactly_once ? MAX_PRODUCERS : 1))
+	{
+		rd_kafka_t *rk;
+
+		conf = kafka_build_conf(k, CONF_PRODUCER, err, errlen);
+		if (conf == NULL)
+			return ESRC_KAFKA_CONFIG;
+		rk = kafka_new_rk(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+		if (rk == NULL)
+		{
+			rd_kafka_conf_destroy(conf);
+			snprintf(err, errlen, "cannot create the Kafka producer: %s", errstr);
+			return ESRC_KAFKA_CONFIG;
+		}
+		rd_kafka_set_log_queue(rk, NULL);
+		k->rks[k->nrk++] = rk;
+	}
+	k->cur = 0;
+	return ESRC_KAFKA_OK;
+}
+
+/*
+ * Fence earlier incarnations of both producers before reading the
+ * position: after this no older transaction can still commit.
+ */
+static EsrcKafkaStatus
+init_transactions(EsrcKafka *k, char *err, size_t errlen)
+{
 	instr_time	start;
-	size_t		keylen = strlen(k->client_id);
 	int			i;
-	int64		found = 0;
-	int64		nrecords = 0;
-
-	conf = build_conf(k, CONF_CONSUMER, err, errlen);
-	if (conf == NULL)
-		return ESRC_KAFKA_CONFIG;
-	rk = new_rk(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-	if (rk == NULL)
-	{
-		rd_kafka_conf_destroy(conf);
-		snprintf(err, errlen, "cannot create the Kafka consumer: %s", errstr);
-		return ESRC_KAFKA_CONFIG;
-	}
-	live_consumer = rk;
-	rd_kafka_poll_set_consumer(rk);
-	rd_kafka_set_log_queue(rk, NULL);
-
-	rkt = rd_kafka_topic_new(rk, offsets_topic, NULL);
-	status = topic_metadata(k, rk, rkt, offsets_topic, &npart, &missing, err, errlen);
-	rd_kafka_topic_destroy(rkt);
-	if (status != ESRC_KAFKA_OK)
-	{
-		destroy_consumer(rk);
-		return status == ESRC_KAFKA_POISON && !missing ? ESRC_KAFKA_FATAL : ESRC_KAFKA_RETRY;
-	}
-
-	parts = rd_kafka_topic_partition_list_new(npart);
-	for (i = 0; i < npart; i++)
-		rd_kafka_topic_partition_list_add(parts, offsets_topic, i)->offset =
-			RD_KAFKA_OFFSET_BEGINNING;
-	if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		rd_kafka_topic_partition_list_destroy(parts);
-		destroy_consumer(rk);
-		snprintf(err, errlen, "cannot assign the partitions of topic \"%s\"", offsets_topic);
-		return ESRC_KAFKA_RETRY;
-	}
-
-	target = palloc(sizeof(int64) * npart);
-	done = palloc0(sizeof(bool) * npart);
-	for (i = 0; i < npart; i++)
-		target[i] = -1;
 
 	INSTR_TIME_SET_CURRENT(start);
-	status = ESRC_KAFKA_OK;
-	while (ndone < npart)
+	for (i = 0; i < k->nrk;)
 	{
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, SLICE_MS);
+		rd_kafka_error_t *error = rd_kafka_init_transactions(k->rks[i], SLICE_MS * 5);
 
-		if (m == NULL)
+		if (error == NULL)
 		{
-			if (elapsed_ms(start) > POSITION_BUDGET_MS)
-			{
-				snprintf(err, errlen,
-						 "could not read topic \"%s\" to its end within %d s",
-						 offsets_topic, POSITION_BUDGET_MS / 1000);
-				status = ESRC_KAFKA_RETRY;
-				break;
-			}
-			/* after an end of partition short of the target, look again */
-			for (i = 0; i < npart; i++)
-			{
-				rd_kafka_topic_partition_list_t *pos;
-
-				if (done[i] || target[i] < 0)
-					continue;
-				pos = rd_kafka_topic_partition_list_new(1);
-				rd_kafka_topic_partition_list_add(pos, offsets_topic, i);
-				if (rd_kafka_position(rk, pos) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-					pos->elems[0].offset >= target[i])
-				{
-					done[i] = true;
-					ndone++;
-				}
-				rd_kafka_topic_partition_list_destroy(pos);
-			}
-			between_slices(start);
+			i++;
 			continue;
 		}
-		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		switch (txn_error(error, "init_transactions", err, errlen))
 		{
-			int			p = m->partition;
-
-			if (p >= 0 && p < npart && !done[p])
-			{
-				int64_t		low,
-							high;
-
-				if (target[p] < 0 &&
-					rd_kafka_get_watermark_offsets(rk, offsets_topic, p, &low, &high) ==
-					RD_KAFKA_RESP_ERR_NO_ERROR)
-					target[p] = high;
-				if (target[p] < 0 || m->offset >= target[p])
+			case TXN_RETRIABLE:
+				if (kafka_elapsed_ms(start) < CONNECT_BUDGET_MS)
 				{
-					done[p] = true;
-					ndone++;
+					kafka_between_slices(start);
+					continue;
 				}
-			}
+				return ESRC_KAFKA_RETRY;
+			default:
+				return ESRC_KAFKA_FATAL;
 		}
-		else if (m->err)
-		{
-			/* transient consumer errors are retried by librdkafka */
-			if (m->err == RD_KAFKA_RESP_ERR__FATAL ||
-				m->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
-				m->err == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED)
-			{
-				snprintf(err, errlen, "cannot read topic \"%s\": %s",
-						 offsets_topic, rd_kafka_message_errstr(m));
-				status = ESRC_KAFKA_FATAL;
-				rd_kafka_message_destroy(m);
-				break;
-			}
-		}
-		else
-		{
-			nrecords++;
-			if (m->key_len == keylen && memcmp(m->key, k->client_id, keylen) == 0 &&
-				m->payload != NULL)
-			{
-				int64		v = parse_position((const char *) m->payload, m->len);
-
-				if (v >= 0)
-					found = v;
-			}
-		}
-		rd_kafka_message_destroy(m);
 	}
+	return ESRC_KAFKA_OK;
+}
 
-	rd_kafka_topic_partition_list_destroy(parts);
-	destroy_consumer(rk);
-	pfree(target);
-	pfree(done);
-	esrc_kafka_emit_log();
-	if (status == ESRC_KAFKA_OK)
+/* The offsets topic's handles; create the topic if it does not exist. */
+static EsrcKafkaStatus
+open_offsets_topic(EsrcKafka *k, const char *offsets_topic, char *err, size_t errlen)
+{
+	EsrcKafkaStatus status;
+	int			partitions;
+	bool		missing;
+	int			i;
+
+	for (i = 0; i < k->nrk; i++)
+		k->offsets_rkts[i] = rd_kafka_topic_new(k->rks[i], offsets_topic, NULL);
+	status = kafka_topic_metadata(k, k->rks[0], k->offsets_rkts[0], offsets_topic,
+								  &partitions, &missing, err, errlen);
+	if (status == ESRC_KAFKA_POISON && missing)
 	{
-		*position = found;
-		ereport(DEBUG1,
-				(errmsg("esrc forwarder: read " INT64_FORMAT " records of topic \"%s\" in " INT64_FORMAT " ms",
-						nrecords, offsets_topic, elapsed_ms(start))));
+		status = kafka_create_topic(k, offsets_topic, 1, true, err, errlen);
+		if (status == ESRC_KAFKA_OK)
+			ereport(LOG,
+					(errmsg("esrc forwarder: created compacted Kafka topic \"%s\" for the forwarding position",
+							offsets_topic)));
 	}
+	if (status == ESRC_KAFKA_POISON)
+		status = ESRC_KAFKA_FATAL;
 	return status;
+}
+
+/*
+ * Exactly once: fence, make sure of the offsets topic, read the position
+ * into *position, and begin the first transaction of each producer.
+ */
+static EsrcKafkaStatus
+connect_transactional(EsrcKafka *k, const EsrcKafkaSettings *s, int64 *position,
+					  char *err, size_t errlen)
+{
+	EsrcKafkaStatus status;
+	int			i;
+
+	status = init_transactions(k, err, errlen);
+	if (status == ESRC_KAFKA_OK)
+		status = open_offsets_topic(k, s->offsets_topic, err, errlen);
+	if (status == ESRC_KAFKA_OK)
+		status = kafka_read_position(k, s->offsets_topic, position, err, errlen);
+
+	/* the first transaction of each producer, ahead of time */
+	for (i = 0; status == ESRC_KAFKA_OK && i < k->nrk; i++)
+		status = begin_txn(k, i, err, errlen);
+	return status;
+}
+
+/* At least once: check that Kafka answers at all, so that "connected" means it. */
+static EsrcKafkaStatus
+check_reachable(EsrcKafka *k, const char *brokers, char *err, size_t errlen)
+{
+	const struct rd_kafka_metadata *md;
+	rd_kafka_resp_err_t e;
+	instr_time	start;
+
+	INSTR_TIME_SET_CURRENT(start);
+	for (;;)
+	{
+		e = rd_kafka_metadata(k->rks[0], 0, NULL, &md, SLICE_MS * 5);
+		if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			rd_kafka_metadata_destroy(md);
+			return ESRC_KAFKA_OK;
+		}
+		if (kafka_elapsed_ms(start) >= CONNECT_BUDGET_MS)
+		{
+			snprintf(err, errlen, "cannot reach Kafka at %s: %s", brokers,
+					 rd_kafka_err2str(e));
+			return ESRC_KAFKA_RETRY;
+		}
+		kafka_between_slices(start);
+	}
 }
 
 /*
@@ -1380,172 +440,31 @@ EsrcKafka *
 esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 				   EsrcKafkaStatus *status, char *err, size_t errlen)
 {
-	MemoryContext cxt;
-	MemoryContext old;
-	EsrcKafka  *k;
-	rd_kafka_conf_t *conf;
-	char		errstr[512];
-	HASHCTL		hctl;
-
-	cxt = AllocSetContextCreate(TopMemoryContext, "esrc kafka", ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(cxt);
-	k = palloc0(sizeof(EsrcKafka));
-	k->cxt = cxt;
-	k->exactly_once = s->exactly_once;
-	k->client_id = pstrdup(s->client_id);
-	k->source = pstrdup(s->source);
-	k->brokers = pstrdup(s->brokers);
-	k->properties = pstrdup(s->properties);
-	{
-		StringInfoData v;
-
-		initStringInfo(&v);
-		appendStringInfoString(&v, "{\"log_id\":");
-		escape_json(&v, s->log_id);
-		appendStringInfoString(&v, ",\"database\":");
-		escape_json(&v, s->database);
-		appendStringInfoString(&v, ",\"position\":");
-		k->position_prefix = v.data;
-	}
-	memset(&hctl, 0, sizeof(hctl));
-	hctl.keysize = MAX_TOPIC_NAME + 1;
-	hctl.entrysize = sizeof(EsrcKafkaTopic);
-	hctl.hcxt = cxt;
-	k->topics = hash_create("esrc kafka topics", 64, &hctl,
-							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-	MemoryContextSwitchTo(old);
+	EsrcKafka  *k = new_handle(s);
 
 	/* from here on a SIGTERM in any wait still closes what k holds */
 	Assert(live_handle == NULL);
 	live_handle = k;
 	live_connecting = true;
 
-	clear_last_error();
-	while (k->nrk < (s->exactly_once ? MAX_PRODUCERS : 1))
+	kafka_clear_last_error();
+	*status = create_producers(k, err, errlen);
+	if (*status == ESRC_KAFKA_OK)
 	{
-		rd_kafka_t *rk;
-
-		conf = build_conf(k, CONF_PRODUCER, err, errlen);
-		if (conf == NULL)
-		{
-			*status = ESRC_KAFKA_CONFIG;
-			goto fail;
-		}
-		rk = new_rk(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-		if (rk == NULL)
-		{
-			rd_kafka_conf_destroy(conf);
-			snprintf(err, errlen, "cannot create the Kafka producer: %s", errstr);
-			*status = ESRC_KAFKA_CONFIG;
-			goto fail;
-		}
-		rd_kafka_set_log_queue(rk, NULL);
-		k->rks[k->nrk++] = rk;
+		if (s->exactly_once)
+			*status = connect_transactional(k, s, position, err, errlen);
+		else
+			*status = check_reachable(k, s->brokers, err, errlen);
 	}
-	k->cur = 0;
-
-	if (s->exactly_once)
+	if (*status != ESRC_KAFKA_OK)
 	{
-		instr_time	start;
-		int			partitions;
-		bool		missing;
-		int			i;
-
-		/*
-		 * Fence earlier incarnations of both producers before reading the
-		 * position: after this no older transaction can still commit.
-		 */
-		INSTR_TIME_SET_CURRENT(start);
-		for (i = 0; i < k->nrk;)
-		{
-			rd_kafka_error_t *error = rd_kafka_init_transactions(k->rks[i], SLICE_MS * 5);
-
-			if (error == NULL)
-			{
-				i++;
-				continue;
-			}
-			switch (txn_error(error, "init_transactions", err, errlen))
-			{
-				case TXN_RETRIABLE:
-					if (elapsed_ms(start) < CONNECT_BUDGET_MS)
-					{
-						between_slices(start);
-						continue;
-					}
-					*status = ESRC_KAFKA_RETRY;
-					break;
-				default:
-					*status = ESRC_KAFKA_FATAL;
-					break;
-			}
-			goto fail;
-		}
-
-		for (i = 0; i < k->nrk; i++)
-			k->offsets_rkts[i] = rd_kafka_topic_new(k->rks[i], s->offsets_topic, NULL);
-		*status = topic_metadata(k, k->rks[0], k->offsets_rkts[0], s->offsets_topic,
-								 &partitions, &missing, err, errlen);
-		if (*status == ESRC_KAFKA_POISON && missing)
-		{
-			*status = create_topic(k, s->offsets_topic, 1, true, err, errlen);
-			if (*status == ESRC_KAFKA_OK)
-				ereport(LOG,
-						(errmsg("esrc forwarder: created compacted Kafka topic \"%s\" for the forwarding position",
-								s->offsets_topic)));
-		}
-		if (*status == ESRC_KAFKA_POISON)
-			*status = ESRC_KAFKA_FATAL;
-		if (*status != ESRC_KAFKA_OK)
-			goto fail;
-
-		*status = read_position(k, s->offsets_topic, position, err, errlen);
-		if (*status != ESRC_KAFKA_OK)
-			goto fail;
-
-		/* the first transaction of each producer, ahead of time */
-		for (i = 0; i < k->nrk; i++)
-		{
-			*status = begin_txn(k, i, err, errlen);
-			if (*status != ESRC_KAFKA_OK)
-				goto fail;
-		}
-	}
-	else
-	{
-		/* check that Kafka answers at all, so that "connected" means it */
-		const struct rd_kafka_metadata *md;
-		rd_kafka_resp_err_t e;
-		instr_time	start;
-
-		INSTR_TIME_SET_CURRENT(start);
-		for (;;)
-		{
-			e = rd_kafka_metadata(k->rks[0], 0, NULL, &md, SLICE_MS * 5);
-			if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-			{
-				rd_kafka_metadata_destroy(md);
-				break;
-			}
-			if (elapsed_ms(start) >= CONNECT_BUDGET_MS)
-			{
-				snprintf(err, errlen, "cannot reach Kafka at %s: %s", s->brokers,
-						 rd_kafka_err2str(e));
-				*status = ESRC_KAFKA_RETRY;
-				goto fail;
-			}
-			between_slices(start);
-		}
+		esrc_kafka_destroy(k);
+		return NULL;
 	}
 
 	esrc_kafka_emit_log();
 	live_connecting = false;
-	*status = ESRC_KAFKA_OK;
 	return k;
-
-fail:
-	esrc_kafka_destroy(k);
-	return NULL;
 }
 
 /* Serve librdkafka's callbacks while idle. */
@@ -1621,31 +540,11 @@ produce_record(EsrcKafka *k, int p, EsrcKafkaRecord *r, uint32 index)
 			INSTR_TIME_SET_CURRENT(start);
 			started = true;
 		}
-		else if (elapsed_ms(start) > QUEUE_FULL_BUDGET_MS)
+		else if (kafka_elapsed_ms(start) > QUEUE_FULL_BUDGET_MS)
 			return e;
 		rd_kafka_poll(rk, 10);
-		between_slices(start);
+		kafka_between_slices(start);
 	}
-}
-
-/* The position record of exactly-once mode, on producer p. */
-static rd_kafka_resp_err_t
-produce_position(EsrcKafka *k, int p, int64 position)
-{
-	char	   *value = psprintf("%s" INT64_FORMAT "}", k->position_prefix, position);
-	rd_kafka_resp_err_t e;
-
-	e = rd_kafka_producev(k->rks[p],
-						  RD_KAFKA_V_RKT(k->offsets_rkts[p]),
-						  RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
-						  RD_KAFKA_V_KEY(k->client_id, strlen(k->client_id)),
-						  RD_KAFKA_V_VALUE(value, strlen(value)),
-						  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-						  RD_KAFKA_V_OPAQUE((void *) (uintptr_t) (((uint64) k->slots[p].gen << 32) | POSITION_INDEX)),
-						  RD_KAFKA_V_HEADER("content-type", "application/json", -1),
-						  RD_KAFKA_V_END);
-	pfree(value);
-	return e;
 }
 
 /*
@@ -1658,10 +557,10 @@ drain_from(rd_kafka_t *rk, instr_time start, int budget_ms)
 {
 	while (rd_kafka_outq_len(rk) > 0)
 	{
-		if (elapsed_ms(start) > budget_ms)
+		if (kafka_elapsed_ms(start) > budget_ms)
 			return false;
 		rd_kafka_flush(rk, SLICE_MS);
-		between_slices(start);
+		kafka_between_slices(start);
 	}
 	rd_kafka_poll(rk, 0);
 	return true;
@@ -1683,7 +582,7 @@ first_poison(EsrcKafkaRecord *recs, int nrecs)
 	int			i;
 
 	for (i = 0; i < nrecs; i++)
-		if (!recs[i].skip && !recs[i].acked && is_poison(recs[i].err))
+		if (!recs[i].skip && !recs[i].acked && kafka_is_poison(recs[i].err))
 			return i;
 	return -1;
 }
@@ -1741,9 +640,9 @@ abort_txn(EsrcKafka *k, int p, char *err, size_t errlen)
 		if (error == NULL)
 			break;
 		if (txn_error(error, "abort_transaction", abort_err, sizeof(abort_err)) == TXN_RETRIABLE &&
-			elapsed_ms(start) < COMMIT_BUDGET_MS)
+			kafka_elapsed_ms(start) < COMMIT_BUDGET_MS)
 		{
-			between_slices(start);
+			kafka_between_slices(start);
 			continue;
 		}
 		if (err[0] == '\0')
@@ -1774,7 +673,7 @@ slot_done(EsrcKafka *k, int p)
 	slot->gen = 0;
 	k->nflight--;
 	k->oldest = (p + 1) % k->nrk;
-	esrc_kafka_commit_ms += (double) elapsed_ms(slot->started);
+	esrc_kafka_commit_ms += (double) kafka_elapsed_ms(slot->started);
 }
 
 /*
@@ -1809,7 +708,7 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 	Assert(!slot->in_flight);
 	*poison = -1;
 	err[0] = '\0';
-	clear_last_error();
+	kafka_clear_last_error();
 	for (i = 0; i < nrecs; i++)
 	{
 		recs[i].err = RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -1850,7 +749,7 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 			{
 				recs[i].err = e;
-				if (!is_poison(e))
+				if (!kafka_is_poison(e))
 				{
 					record_error(&recs[i], "cannot queue", err, errlen);
 					if (k->exactly_once)
@@ -1879,7 +778,7 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			strlcpy(err, slot->poison_err, errlen);
 			return status == ESRC_KAFKA_OK ? ESRC_KAFKA_POISON : status;
 		}
-		e = produce_position(k, p, recs[slot->last].position);
+		e = kafka_produce_position(k, p, recs[slot->last].position);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
 			snprintf(err, errlen, "cannot queue the position record: %s", rd_kafka_err2str(e));
@@ -1888,7 +787,7 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			return ESRC_KAFKA_FATAL;
 		}
 	}
-	esrc_kafka_produce_ms += (double) elapsed_ms(slot->started);
+	esrc_kafka_produce_ms += (double) kafka_elapsed_ms(slot->started);
 	slot->timing.queued = GetCurrentTimestamp();
 
 	/*
@@ -2020,9 +919,9 @@ finish_transactional(EsrcKafka *k, TxnSlot *slot, int p, int *ndone,
 		switch (txn_error(error, "commit_transaction", err, errlen))
 		{
 			case TXN_RETRIABLE:
-				if (elapsed_ms(start) < COMMIT_BUDGET_MS)
+				if (kafka_elapsed_ms(start) < COMMIT_BUDGET_MS)
 				{
-					between_slices(start);
+					kafka_between_slices(start);
 					continue;
 				}
 				/* give up; a new producer completes or aborts it */
@@ -2085,7 +984,7 @@ finish_idempotent(EsrcKafka *k, TxnSlot *slot, int p, int *ndone,
 		*poison = i;
 		return ESRC_KAFKA_POISON;
 	}
-	if (is_poison(recs[i].err))
+	if (kafka_is_poison(recs[i].err))
 	{
 		record_error(&recs[i], "Kafka refused", err, errlen);
 		*poison = i;

@@ -3,7 +3,8 @@
  * kafka.h
  *	  The librdkafka glue used by the forwarder worker (forwarder.c).
  *
- * kafka.c hides librdkafka behind a handle (EsrcKafka) that knows how to
+ * kafka.c (with kafkaconf.c, kafkatopic.c and kafkapos.c, sharing the
+ * private kafkaint.h) hides librdkafka behind a handle (EsrcKafka) that knows how to
  * connect, learn the last forwarded position, make sure topics exist and
  * deliver batches of records, each either in one Kafka transaction
  * together with the position record (exactly once) or with the idempotent
@@ -11,8 +12,8 @@
  * caller can read the next batch while librdkafka sends this one.  In
  * exactly-once mode a second batch may be started once every record of
  * the first is acknowledged (esrc_kafka_wait_acked), so that it is sent
- * while the first is committed; kafka.c's header comment has the rules
- * that keep this exactly once.  Every call is bounded in time and checks for
+ * while the first is committed; struct EsrcKafka (kafkaint.h) has the
+ * rules that keep this exactly once.  Every call is bounded in time and checks for
  * interrupts while it waits, so it may ereport(FATAL) on SIGTERM; it
  * never raises an ERROR for a Kafka failure, it returns a status.
  *
