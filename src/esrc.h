@@ -58,9 +58,10 @@ typedef struct EsrcInflightSlot
 /*
  * What the Kafka forwarder worker (forwarder.c, fwdstatus.c) publishes for
  * esrc.forwarder_status and reads from esrc.forwarder_pause()/resume().
- * Only the worker writes the fields under mutex; any backend reads them
- * under mutex.  "paused" is written by the SQL functions and read by the
- * worker.  Strings are NUL-terminated and truncated to fit.
+ * Only the worker writes the fields, with changecount odd while it does;
+ * a backend copies them and retries until changecount was even and the
+ * same before and after its copy (fwdstatus.c).  "paused" is written by
+ * the SQL functions and read by the worker.  Strings are NUL-terminated and truncated to fit.
  */
 #define ESRC_FWD_ERROR_LEN		512
 #define ESRC_FWD_BROKERS_LEN	256
