@@ -74,18 +74,6 @@
 PG_FUNCTION_INFO_V1(esrc_append);
 PG_FUNCTION_INFO_V1(esrc_append_batch);
 
-/* the columns of esrc.events, in the order of src/sql/00_core.sql */
-#define Anum_events_position	1
-#define Anum_events_stream		2
-#define Anum_events_version		3
-#define Anum_events_type		4
-#define Anum_events_data		5
-#define Anum_events_metadata	6
-#define Anum_events_id			7
-#define Anum_events_recorded_at 8
-#define Anum_events_category	9
-#define Natts_events			9
-
 /* expected_version sentinels */
 #define EXPECT_NO_STREAM	(-1)
 #define EXPECT_EXISTS		(-2)
@@ -480,6 +468,25 @@ esrc_free_write_estate(EState *estate, ResultRelInfo *rri)
 }
 
 /*
+ * The row type of esrc.events is the one the Anum_events_* numbers (esrc.h)
+ * describe, in the columns that appends and reads use by number; both
+ * check it after opening the log.
+ */
+void
+esrc_check_log_rowtype(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (desc->natts != Natts_events ||
+		TupleDescAttr(desc, Anum_events_position - 1)->atttypid != INT8OID ||
+		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
+		TupleDescAttr(desc, Anum_events_id - 1)->atttypid != UUIDOID ||
+		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID)
+		elog(ERROR, "esrc.events has an unexpected row type");
+}
+
+/*
  * Open the log for one append: an executor state just for the inserts, as
  * logical replication's apply has, so that constraints, every index and
  * the row triggers of esrc.events (snapshot.c) are handled as by an
@@ -493,13 +500,8 @@ open_log(EventLog *log)
 	TupleDesc	desc;
 
 	log->rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
+	esrc_check_log_rowtype(log->rel);
 	desc = RelationGetDescr(log->rel);
-	if (desc->natts != Natts_events ||
-		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
-		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(desc, Anum_events_id - 1)->atttypid != UUIDOID)
-		elog(ERROR, "esrc.events has an unexpected row type");
 
 	log->estate = esrc_make_write_estate(log->rel, &log->rri);
 	log->slot = ExecInitExtraTupleSlot(log->estate, desc, &TTSOpsVirtual);

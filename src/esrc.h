@@ -134,6 +134,22 @@ extern int64 esrc_sequence_last_value(Oid seqoid);
 struct LOCKTAG;
 extern void esrc_name_locktag(struct LOCKTAG *tag, const char *name, uint16 space);
 
+/* the columns of esrc.events, in the order of src/sql/00_core.sql */
+#define Anum_events_position	1
+#define Anum_events_stream		2
+#define Anum_events_version		3
+#define Anum_events_type		4
+#define Anum_events_data		5
+#define Anum_events_metadata	6
+#define Anum_events_id			7
+#define Anum_events_recorded_at 8
+#define Anum_events_category	9
+#define Natts_events			9
+
+/* append.c: refuse an esrc.events whose columns are not those above */
+struct RelationData;
+extern void esrc_check_log_rowtype(struct RelationData *rel);
+
 /* append.c: an executor state for ExecSimpleRelationInsert/Update */
 struct EState;
 struct ResultRelInfo;

@@ -71,13 +71,6 @@ PG_FUNCTION_INFO_V1(esrc_read_category);
 PG_FUNCTION_INFO_V1(esrc_safe_position_sql);
 PG_FUNCTION_INFO_V1(esrc_stream_version);
 
-/* the columns of esrc.events (src/sql/00_core.sql; append.c has the same) */
-#define Anum_events_position	1
-#define Anum_events_stream		2
-#define Anum_events_version		3
-#define Anum_events_category	9
-#define Natts_events			9
-
 /*
  * One index scan of the log (see esrc_log_begin).  The slot holds the
  * current row; its first ESRC_EVENT_NATTS columns are an esrc.event.
@@ -187,17 +180,10 @@ esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 	ScanKeyData keys[3];
 	int			nkeys = 0;
 	int			boundcol = order == ESRC_LOG_BY_POSITION ? 1 : 2;
-	TupleDesc	desc;
 
 	s->rel = table_open(esrc_relation_oid("events"), AccessShareLock);
 	check_read_privilege(s->rel);
-	desc = RelationGetDescr(s->rel);
-	if (desc->natts != Natts_events ||
-		TupleDescAttr(desc, Anum_events_position - 1)->atttypid != INT8OID ||
-		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
-		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID)
-		elog(ERROR, "esrc.events has an unexpected row type");
+	esrc_check_log_rowtype(s->rel);
 
 	switch (order)
 	{
