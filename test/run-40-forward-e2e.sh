@@ -34,20 +34,9 @@ fwd_wait_forwarded 30 || status=1
 expect "resumed: nothing pending" \
     test "$(fwd_sql "SELECT state || ' ' || events_pending FROM esrc.forwarder_status")" = "running 0"
 
-cat >"$dir/load.sql" <<'EOF'
-\set s random(1, 30)
-\set r random(1, 10)
-BEGIN;
-SELECT esrc.append('acct-' || :s, 'Deposited', jsonb_build_object('amount', :r, 'client', :client_id, 'note', 'café ☕'), jsonb_build_object('by', 'pgbench', 'r', :r));
-SELECT esrc.append('order-' || :s, 'Placed', '{"items": [1, 2, 3], "nested": {"a": null}}');
-\if :r = 1
-ROLLBACK;
-\else
-COMMIT;
-\endif
-EOF
 log "appending: 4 sessions x 1500 transactions"
-PGOPTIONS= pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/load.sql" -c 4 -j 2 -t 1500 "$FWD_DB" \
+PGOPTIONS= pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$FWD_HERE/load.pgbench" -D streams=30 \
+    -c 4 -j 2 -t 1500 "$FWD_DB" \
     >"$dir/pgbench.log" 2>&1 &
 load=$!
 sleep 2

@@ -40,21 +40,9 @@ vg_start "$dir/pg" "$FWD_PORT" "esrc.database = '$FWD_DB'" "log_min_messages = l
 psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -qAt -c "CREATE DATABASE $FWD_DB" >/dev/null
 fwd_sql "CREATE EXTENSION esrc" >/dev/null
 
-cat >"$dir/load.sql" <<'SQL'
-\set s random(1, 20)
-\set r random(1, 10)
-BEGIN;
-SELECT esrc.append('acct-' || :s, 'Deposited', jsonb_build_object('amount', :r, 'note', 'café ☕'), jsonb_build_object('by', 'pgbench', 'r', :r));
-SELECT esrc.append('order-' || :s, 'Placed', '{"items": [1, 2, 3], "nested": {"a": null}}');
-\if :r = 1
-ROLLBACK;
-\else
-COMMIT;
-\endif
-SQL
 load() { # transactions per session
-    PGOPTIONS= "$PG_BINDIR/pgbench" -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/load.sql" \
-        -c 2 -j 2 -t "$1" "$FWD_DB" >"$dir/pgbench.log" 2>&1 || { cat "$dir/pgbench.log"; die "pgbench failed"; }
+    PGOPTIONS= "$PG_BINDIR/pgbench" -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$FWD_HERE/load.pgbench" \
+        -D streams=20 -c 2 -j 2 -t "$1" "$FWD_DB" >"$dir/pgbench.log" 2>&1 || { cat "$dir/pgbench.log"; die "pgbench failed"; }
 }
 reload() { # name = value ...
     for line in "$@"; do echo "$line"; done | as_test_user tee -a "$dir/pg/data/postgresql.conf" >/dev/null
