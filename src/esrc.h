@@ -122,6 +122,18 @@ extern int64 esrc_safe_position(Oid seqoid);
 extern int64 esrc_sequence_last_value(Oid seqoid);
 
 /*
+ * order.c: the categories of in-flight appends (issue 14).  A category is
+ * known by a 64-bit hash of its name; esrc_safe_position_for() is the
+ * horizon for a reader of the categories hashes[0 .. nhashes - 1]: it
+ * waits only for transactions that may append to one of them.
+ */
+extern uint64 esrc_category_hash(const char *category, int len);
+
+/* subwait.c: wake the long polls a commit or abort concerns (order.c) */
+extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
+								  bool any);
+
+/*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags
  * on a 64-bit hash of the name; user advisory locks use 1 and 2).  In
  * pg_locks they show as locktype 'advisory' with objsubid 17747 (stream)
