@@ -31,6 +31,7 @@
 /* Limits on names; documented in README.md ("Limits"). */
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
 #define ESRC_MAX_TYPE_NAME		256		/* bytes */
+#define ESRC_MAX_MEMBER_NAME	63		/* bytes; subscription and member names */
 
 /*
  * Default of esrc.max_event_size: 960 kB, below librdkafka's default
@@ -128,10 +129,44 @@ extern int64 esrc_sequence_last_value(Oid seqoid);
  * waits only for transactions that may append to one of them.
  */
 extern uint64 esrc_category_hash(const char *category, int len);
+extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes);
 
-/* subwait.c: wake the long polls a commit or abort concerns (order.c) */
+/*
+ * subwait.c: the long polls of esrc.poll() (subscription.c) wait on their
+ * latch; a commit or abort that appended wakes those it concerns (order.c).
+ * A poll tracks up to ESRC_WAIT_CATEGORIES categories, beyond that all.
+ */
+#define ESRC_WAIT_CATEGORIES	8
+extern Size esrc_wait_shmem_size(void);
+extern void esrc_wait_shmem_init(void);
+extern void esrc_wait_register(Oid dbid, int64 subid, const uint64 *hashes,
+							   int nhashes, bool all);
+extern void esrc_wait_unregister(void);
+extern bool esrc_wait_sleep(long timeout_ms);
 extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 								  bool any);
+extern void esrc_wake_subscription(Oid dbid, int64 subid);
+
+/* sublease.c: partition leases of subscriptions, in shared memory */
+extern int	esrc_max_partition_leases;
+extern Size esrc_lease_shmem_size(void);
+extern void esrc_lease_shmem_request(void);
+extern void esrc_lease_shmem_init(void);
+extern int	esrc_lease_poll(Oid dbid, int64 subid, int npartitions,
+							const char *member, int lease_ms, int32 *held,
+							bool *others_over, bool *released);
+extern int	esrc_lease_ack(Oid dbid, int64 subid, int npartitions,
+						   const char *member, int lease_ms, int32 *held,
+						   int64 *polled, int64 *covered_to);
+extern void esrc_lease_record(Oid dbid, int64 subid, const char *member,
+							  int nheld, const int32 *held,
+							  const int64 *checkpoints, int64 covered_to);
+extern void esrc_lease_holders(Oid dbid, int64 subid, int npartitions,
+							   char **members, TimestampTz *expires);
+extern void esrc_lease_forget(Oid dbid, int64 subid);
+
+/* subscription.c: the subscriptions' GUCs */
+extern void esrc_subscription_init(void);
 
 /*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags

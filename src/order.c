@@ -101,6 +101,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_sequence.h"
 #include "commands/sequence.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -181,6 +182,13 @@ read_last_value(Oid seqoid)
 	UnlockReleaseBuffer(buf);
 	relation_close(rel, NoLock);
 	return result;
+}
+
+/* The hash by which the registry and the waiting polls know a category. */
+uint64
+esrc_category_hash(const char *category, int len)
+{
+	return hash_bytes_extended((const unsigned char *) category, len, 0);
 }
 
 static EsrcInflightSlot *
@@ -353,6 +361,16 @@ esrc_safe_position(Oid seqoid)
 	return horizon;
 }
 
+/*
+ * The horizon for a reader of some categories.  (Until the per-category
+ * registry lands: the global horizon, which is safe for every category.)
+ */
+int64
+esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
+{
+	return esrc_safe_position(seqoid);
+}
+
 static void
 wake_forwarder(void)
 {
@@ -391,7 +409,10 @@ esrc_xact_callback(XactEvent event, void *arg)
 				 * committed meanwhile.
 				 */
 				if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+				{
 					wake_forwarder();
+					esrc_wake_subscribers(MyDatabaseId, NULL, 0, true);
+				}
 				break;
 			}
 		default:
