@@ -48,12 +48,31 @@ extern int	esrc_max_event_size;
  * registry.  min_position is 0 when the backend's current transaction has
  * allocated no event position; PENDING (high bit set) while it is about to
  * take its first; otherwise it is a lower bound of the lowest position the
- * transaction holds (see order.c for the protocol).
+ * transaction holds.  The same holds per category: categories[0 ..
+ * ncategories - 1] are the categories (by esrc_category_hash) the
+ * transaction appended to, each with a bound of the positions it takes in
+ * that category, and overflow_bound bounds the positions it takes in any
+ * other category once it appended to more than ESRC_SLOT_CATEGORIES
+ * (ESRC_SLOT_OVERFLOW set in ncategories).  generation counts the
+ * transactions that ended holding the slot.  See order.c for the protocol.
  */
+#define ESRC_SLOT_CATEGORIES	4
+#define ESRC_SLOT_OVERFLOW		0x100	/* in ncategories */
+
+typedef struct EsrcInflightCategory
+{
+	pg_atomic_uint64 hash;		/* esrc_category_hash of the category */
+	pg_atomic_uint64 bound;		/* like min_position, for this category */
+} EsrcInflightCategory;
+
 typedef struct EsrcInflightSlot
 {
 	pg_atomic_uint32 dbid;		/* database of the transaction */
+	pg_atomic_uint32 ncategories;	/* entries in use | ESRC_SLOT_OVERFLOW */
 	pg_atomic_uint64 min_position;	/* 0 = none */
+	pg_atomic_uint64 generation;	/* + 1 at each end of a transaction */
+	pg_atomic_uint64 overflow_bound;	/* valid with ESRC_SLOT_OVERFLOW */
+	EsrcInflightCategory categories[ESRC_SLOT_CATEGORIES];
 } EsrcInflightSlot;
 
 /*
@@ -118,7 +137,7 @@ extern void esrc_forwarder_check_category(const char *category);
 /* order.c */
 extern Size esrc_order_shmem_size(void);
 extern void esrc_order_shmem_init(bool found);
-extern int64 esrc_allocate_position(Oid seqoid);
+extern int64 esrc_allocate_position(Oid seqoid, const char *category);
 extern int64 esrc_safe_position(Oid seqoid);
 extern int64 esrc_sequence_last_value(Oid seqoid);
 
@@ -129,7 +148,8 @@ extern int64 esrc_sequence_last_value(Oid seqoid);
  * waits only for transactions that may append to one of them.
  */
 extern uint64 esrc_category_hash(const char *category, int len);
-extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes);
+extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
+									int nhashes);
 
 /*
  * subwait.c: the long polls of esrc.poll() (subscription.c) wait on their
