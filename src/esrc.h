@@ -157,33 +157,45 @@ extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
  * A poll tracks up to ESRC_WAIT_CATEGORIES categories, beyond that all.
  */
 #define ESRC_WAIT_CATEGORIES	8
+
+/*
+ * A subscription as shared memory knows it: its database, the esrc.subscriptions
+ * table it is a row of (so that a subscription of a dropped and re-created
+ * extension, whose ids start again at 1, is another one), and its id.
+ */
+typedef struct EsrcSubKey
+{
+	Oid			dbid;
+	Oid			catalog;
+	int64		id;
+} EsrcSubKey;
 extern Size esrc_wait_shmem_size(void);
 extern void esrc_wait_shmem_init(void);
-extern void esrc_wait_register(Oid dbid, int64 subid, const uint64 *hashes,
+extern void esrc_wait_register(const EsrcSubKey *sub, const uint64 *hashes,
 							   int nhashes, bool all);
 extern void esrc_wait_unregister(void);
 extern bool esrc_wait_sleep(long timeout_ms);
 extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 								  bool any);
-extern void esrc_wake_subscription(Oid dbid, int64 subid);
+extern void esrc_wake_subscription(const EsrcSubKey *sub);
 
 /* sublease.c: partition leases of subscriptions, in shared memory */
 extern int	esrc_max_partition_leases;
 extern Size esrc_lease_shmem_size(void);
 extern void esrc_lease_shmem_request(void);
 extern void esrc_lease_shmem_init(void);
-extern int	esrc_lease_poll(Oid dbid, int64 subid, int npartitions,
+extern int	esrc_lease_poll(const EsrcSubKey *sub, int npartitions,
 							const char *member, int lease_ms, int32 *held,
 							bool *others_over, bool *released);
-extern int	esrc_lease_ack(Oid dbid, int64 subid, int npartitions,
+extern int	esrc_lease_ack(const EsrcSubKey *sub, int npartitions,
 						   const char *member, int lease_ms, int32 *held,
 						   int64 *polled, int64 *covered_to);
-extern void esrc_lease_record(Oid dbid, int64 subid, const char *member,
+extern void esrc_lease_record(const EsrcSubKey *sub, const char *member,
 							  int nheld, const int32 *held,
 							  const int64 *checkpoints, int64 covered_to);
-extern void esrc_lease_holders(Oid dbid, int64 subid, int npartitions,
+extern void esrc_lease_holders(const EsrcSubKey *sub, int npartitions,
 							   char **members, TimestampTz *expires);
-extern void esrc_lease_forget(Oid dbid, int64 subid);
+extern void esrc_lease_forget(const EsrcSubKey *sub);
 
 /* subscription.c: the subscriptions' GUCs */
 extern void esrc_subscription_init(void);

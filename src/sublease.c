@@ -47,11 +47,10 @@
 
 #include "esrc.h"
 
-/* Partition leases, key (subscription, database, partition) */
+/* Partition leases, key (subscription, partition) */
 typedef struct LeaseKey
 {
-	int64		subid;
-	Oid			dbid;
+	EsrcSubKey	sub;
 	int32		partition;
 } LeaseKey;
 
@@ -63,11 +62,10 @@ typedef struct Lease
 	int64		polled_checkpoint;	/* read by the holder's last poll, -1 none */
 } Lease;
 
-/* Members, key (subscription, database, name) */
+/* Members, key (subscription, name) */
 typedef struct MemberKey
 {
-	int64		subid;
-	Oid			dbid;
+	EsrcSubKey	sub;
 	char		member[ESRC_MAX_MEMBER_NAME + 1];
 } MemberKey;
 
@@ -132,21 +130,25 @@ require_tables(void)
 }
 
 static void
-lease_key(LeaseKey *key, Oid dbid, int64 subid, int32 partition)
+lease_key(LeaseKey *key, const EsrcSubKey *sub, int32 partition)
 {
 	memset(key, 0, sizeof(*key));
-	key->subid = subid;
-	key->dbid = dbid;
+	key->sub = *sub;
 	key->partition = partition;
 }
 
 static void
-member_key(MemberKey *key, Oid dbid, int64 subid, const char *member)
+member_key(MemberKey *key, const EsrcSubKey *sub, const char *member)
 {
 	memset(key, 0, sizeof(*key));
-	key->subid = subid;
-	key->dbid = dbid;
+	key->sub = *sub;
 	strlcpy(key->member, member, sizeof(key->member));
+}
+
+static bool
+same_sub(const EsrcSubKey *a, const EsrcSubKey *b)
+{
+	return a->id == b->id && a->dbid == b->dbid && a->catalog == b->catalog;
 }
 
 /* Remove every expired entry of both tables; lock held exclusively. */
@@ -220,7 +222,7 @@ cmp_names(const void *a, const void *b)
  * *released when it gave partitions up (waiting members may take them).
  */
 int
-esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
+esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
 				int lease_ms, int32 *held, bool *others_over, bool *released)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -249,7 +251,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
 
 	LWLockAcquire(lease_lock, LW_EXCLUSIVE);
 
-	member_key(&mkey, dbid, subid, member);
+	member_key(&mkey, sub, member);
 	me = enter(member_table, &mkey, now, &found);
 	if (!found)
 		me->covered_to = -1;
@@ -259,7 +261,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
 	hash_seq_init(&status, member_table);
 	while ((m = hash_seq_search(&status)) != NULL)
 	{
-		if (m->key.subid != subid || m->key.dbid != dbid)
+		if (!same_sub(&m->key.sub, sub))
 			continue;
 		if (m->expires <= now)
 		{
@@ -279,7 +281,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
 	{
 		Lease	   *l;
 
-		lease_key(&lkey, dbid, subid, p);
+		lease_key(&lkey, sub, p);
 		l = hash_search(lease_table, &lkey, HASH_FIND, NULL);
 		if (l != NULL && l->expires <= now)
 		{
@@ -295,7 +297,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
 	/* over our share: give up the highest */
 	while (nheld > share)
 	{
-		lease_key(&lkey, dbid, subid, held[--nheld]);
+		lease_key(&lkey, sub, held[--nheld]);
 		(void) hash_search(lease_table, &lkey, HASH_REMOVE, NULL);
 		*released = true;
 	}
@@ -305,7 +307,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
 	{
 		Lease	   *l;
 
-		lease_key(&lkey, dbid, subid, freeparts[i]);
+		lease_key(&lkey, sub, freeparts[i]);
 		l = enter(lease_table, &lkey, now, &found);
 		strlcpy(l->member, member, sizeof(l->member));
 		l->polled_checkpoint = -1;
@@ -320,7 +322,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
 	{
 		Lease	   *l;
 
-		lease_key(&lkey, dbid, subid, held[i]);
+		lease_key(&lkey, sub, held[i]);
 		l = hash_search(lease_table, &lkey, HASH_FIND, NULL);
 		Assert(l != NULL);
 		l->expires = expires;
@@ -341,7 +343,7 @@ esrc_lease_poll(Oid dbid, int64 subid, int npartitions, const char *member,
  * subscription.
  */
 int
-esrc_lease_ack(Oid dbid, int64 subid, int npartitions, const char *member,
+esrc_lease_ack(const EsrcSubKey *sub, int npartitions, const char *member,
 			   int lease_ms, int32 *held, int64 *polled, int64 *covered_to)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -354,7 +356,7 @@ esrc_lease_ack(Oid dbid, int64 subid, int npartitions, const char *member,
 
 	require_tables();
 	LWLockAcquire(lease_lock, LW_EXCLUSIVE);
-	member_key(&mkey, dbid, subid, member);
+	member_key(&mkey, sub, member);
 	me = hash_search(member_table, &mkey, HASH_FIND, NULL);
 	if (me == NULL || me->expires <= now)
 	{
@@ -367,7 +369,7 @@ esrc_lease_ack(Oid dbid, int64 subid, int npartitions, const char *member,
 	{
 		Lease	   *l;
 
-		lease_key(&lkey, dbid, subid, p);
+		lease_key(&lkey, sub, p);
 		l = hash_search(lease_table, &lkey, HASH_FIND, NULL);
 		if (l == NULL || l->expires <= now || strcmp(l->member, member) != 0)
 			continue;
@@ -386,7 +388,7 @@ esrc_lease_ack(Oid dbid, int64 subid, int npartitions, const char *member,
  * position it covered (covered_to < 0: leave as is).
  */
 void
-esrc_lease_record(Oid dbid, int64 subid, const char *member, int nheld,
+esrc_lease_record(const EsrcSubKey *sub, const char *member, int nheld,
 				  const int32 *held, const int64 *checkpoints, int64 covered_to)
 {
 	MemberKey	mkey;
@@ -396,7 +398,7 @@ esrc_lease_record(Oid dbid, int64 subid, const char *member, int nheld,
 
 	require_tables();
 	LWLockAcquire(lease_lock, LW_EXCLUSIVE);
-	member_key(&mkey, dbid, subid, member);
+	member_key(&mkey, sub, member);
 	me = hash_search(member_table, &mkey, HASH_FIND, NULL);
 	if (me != NULL && covered_to >= 0)
 		me->covered_to = covered_to;
@@ -404,7 +406,7 @@ esrc_lease_record(Oid dbid, int64 subid, const char *member, int nheld,
 	{
 		Lease	   *l;
 
-		lease_key(&lkey, dbid, subid, held[i]);
+		lease_key(&lkey, sub, held[i]);
 		l = hash_search(lease_table, &lkey, HASH_FIND, NULL);
 		if (l != NULL && strcmp(l->member, member) == 0)
 			l->polled_checkpoint = checkpoints[i];
@@ -417,7 +419,7 @@ esrc_lease_record(Oid dbid, int64 subid, const char *member, int nheld,
  * members[p] (palloc'd copies, NULL = free) and expires[p].
  */
 void
-esrc_lease_holders(Oid dbid, int64 subid, int npartitions, char **members,
+esrc_lease_holders(const EsrcSubKey *sub, int npartitions, char **members,
 				   TimestampTz *expires)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -432,7 +434,7 @@ esrc_lease_holders(Oid dbid, int64 subid, int npartitions, char **members,
 	{
 		Lease	   *l;
 
-		lease_key(&lkey, dbid, subid, p);
+		lease_key(&lkey, sub, p);
 		l = hash_search(lease_table, &lkey, HASH_FIND, NULL);
 		expires[p] = 0;
 		if (l != NULL && l->expires > now)
@@ -448,7 +450,7 @@ esrc_lease_holders(Oid dbid, int64 subid, int npartitions, char **members,
 
 /* Forget every lease and member of a subscription (it was dropped). */
 void
-esrc_lease_forget(Oid dbid, int64 subid)
+esrc_lease_forget(const EsrcSubKey *sub)
 {
 	HASH_SEQ_STATUS status;
 	Lease	   *l;
@@ -458,11 +460,11 @@ esrc_lease_forget(Oid dbid, int64 subid)
 	LWLockAcquire(lease_lock, LW_EXCLUSIVE);
 	hash_seq_init(&status, lease_table);
 	while ((l = hash_seq_search(&status)) != NULL)
-		if (l->key.subid == subid && l->key.dbid == dbid)
+		if (same_sub(&l->key.sub, sub))
 			(void) hash_search(lease_table, &l->key, HASH_REMOVE, NULL);
 	hash_seq_init(&status, member_table);
 	while ((m = hash_seq_search(&status)) != NULL)
-		if (m->key.subid == subid && m->key.dbid == dbid)
+		if (same_sub(&m->key.sub, sub))
 			(void) hash_search(member_table, &m->key, HASH_REMOVE, NULL);
 	LWLockRelease(lease_lock);
 }

@@ -95,6 +95,7 @@ PG_FUNCTION_INFO_V1(esrc_subscription_status);
 typedef struct SubDef
 {
 	int64		id;
+	EsrcSubKey	key;			/* for sublease.c and subwait.c */
 	char	   *name;
 	Oid			owner;
 	int			npartitions;
@@ -343,6 +344,9 @@ lookup_subscription(const char *name, MemoryContext cxt)
 	def = palloc0(sizeof(SubDef));
 	def->name = pstrdup(name);
 	def->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	def->key.dbid = MyDatabaseId;
+	def->key.catalog = esrc_relation_oid("subscriptions");
+	def->key.id = def->id;
 	def->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 	d = SPI_getbinval(tup, desc, 3, &isnull);
 	if (!isnull)
@@ -623,7 +627,7 @@ esrc_drop_subscription(PG_FUNCTION_ARGS)
 	catalog_run(sql, 1, argtypes, values, NULL, SPI_OK_DELETE);
 	SPI_finish();
 	/* ids are never reused: leases of a dropped subscription are inert */
-	esrc_lease_forget(MyDatabaseId, def->id);
+	esrc_lease_forget(&def->key);
 	PG_RETURN_VOID();
 }
 
@@ -1005,10 +1009,10 @@ poll_loop(PollState *st)
 		MemoryContextReset(st->loopcxt);
 		MemoryContextSwitchTo(st->loopcxt);
 
-		st->nheld = esrc_lease_poll(MyDatabaseId, def->id, def->npartitions, st->member,
+		st->nheld = esrc_lease_poll(&def->key, def->npartitions, st->member,
 									subscription_lease_ms, st->held, &others_over, &released);
 		if (released || others_over)
-			esrc_wake_subscription(MyDatabaseId, def->id);
+			esrc_wake_subscription(&def->key);
 		if (st->nheld > 0)
 		{
 			int64		horizon;
@@ -1029,7 +1033,7 @@ poll_loop(PollState *st)
 			horizon = subscription_horizon(def);
 			st->n = scan_events(def, st->held_map, st->from, lo, horizon, st->max_count,
 								st->rsinfo, &st->covered);
-			esrc_lease_record(MyDatabaseId, def->id, st->member, st->nheld, st->held,
+			esrc_lease_record(&def->key, st->member, st->nheld, st->held,
 							  st->cps, st->covered);
 			if (st->n > 0)
 				return;
@@ -1041,7 +1045,7 @@ poll_loop(PollState *st)
 		if (!st->waiting)
 		{
 			/* register, then check once more before the first sleep */
-			esrc_wait_register(MyDatabaseId, def->id, def->cathashes, def->ncats,
+			esrc_wait_register(&def->key, def->cathashes, def->ncats,
 							   def->ncats == 0);
 			st->waiting = true;
 			ResetLatch(MyLatch);
@@ -1085,7 +1089,7 @@ advance_idle(PollState *st)
 		return;
 	for (i = 0; i < st->nheld; i++)
 		expected[i] = Max(expected[i], st->covered);
-	esrc_lease_record(MyDatabaseId, def->id, st->member, st->nheld, st->held, expected, -1);
+	esrc_lease_record(&def->key, st->member, st->nheld, st->held, expected, -1);
 }
 
 /*
@@ -1190,7 +1194,7 @@ esrc_ack(PG_FUNCTION_ARGS)
 	check_consumer(def);
 	held = palloc(sizeof(int32) * def->npartitions);
 	polled = palloc(sizeof(int64) * def->npartitions);
-	nheld = esrc_lease_ack(MyDatabaseId, def->id, def->npartitions, member,
+	nheld = esrc_lease_ack(&def->key, def->npartitions, member,
 						   subscription_lease_ms, held, polled, &covered);
 	if (nheld <= 0)
 		ereport(ERROR,
@@ -1226,7 +1230,7 @@ esrc_ack(PG_FUNCTION_ARGS)
 				 errhint("Roll back and poll again.")));
 	for (i = 0; i < nheld; i++)
 		polled[i] = Max(polled[i], position);
-	esrc_lease_record(MyDatabaseId, def->id, member, nheld, held, polled, -1);
+	esrc_lease_record(&def->key, member, nheld, held, polled, -1);
 	SPI_finish();
 	PG_RETURN_INT32(moved);
 }
@@ -1299,7 +1303,7 @@ esrc_subscription_status(PG_FUNCTION_ARGS)
 		for (p = 0; p < np; p++)
 			if (cp[p] >= 0)
 				lo = Min(lo, cp[p]);
-		esrc_lease_holders(MyDatabaseId, def->id, np, holders, expires);
+		esrc_lease_holders(&def->key, np, holders, expires);
 
 		horizon = subscription_horizon(def);
 		if (lo < horizon)

@@ -46,8 +46,7 @@ typedef struct Waiter
 {
 	pg_atomic_uint32 changecount;	/* odd while the fields are rewritten */
 	pg_atomic_uint32 active;	/* 1 while a poll of this backend waits */
-	Oid			dbid;
-	int64		subid;
+	EsrcSubKey	sub;
 	bool		all;			/* every category */
 	int			ncats;
 	uint64		cats[ESRC_WAIT_CATEGORIES];
@@ -97,13 +96,13 @@ unregister_at_exit(int code, Datum arg)
 }
 
 /*
- * Register this backend's poll as waiting for commits of database dbid
+ * Register this backend's poll as waiting for commits of sub's database
  * that touch the categories hashes[0 .. nhashes - 1] (all: every category)
- * or that concern subscription subid.  The caller checks for events after
+ * or that concern subscription sub.  The caller checks for events after
  * this and before each sleep.
  */
 void
-esrc_wait_register(Oid dbid, int64 subid, const uint64 *hashes, int nhashes,
+esrc_wait_register(const EsrcSubKey *sub, const uint64 *hashes, int nhashes,
 				   bool all)
 {
 	Waiter	   *w;
@@ -124,8 +123,7 @@ esrc_wait_register(Oid dbid, int64 subid, const uint64 *hashes, int nhashes,
 
 	pg_atomic_fetch_add_u32(&w->changecount, 1);
 	pg_write_barrier();
-	w->dbid = dbid;
-	w->subid = subid;
+	w->sub = *sub;
 	w->all = all || nhashes > ESRC_WAIT_CATEGORIES;
 	w->ncats = w->all ? 0 : nhashes;
 	if (!w->all)
@@ -166,8 +164,8 @@ esrc_wait_sleep(long timeout_ms)
 
 /* Does entry w want a wake-up for these categories (or subscription)? */
 static bool
-concerns(Waiter *w, Oid dbid, int64 subid, const uint64 *hashes, int nhashes,
-		 bool any)
+concerns(Waiter *w, Oid dbid, const EsrcSubKey *sub, const uint64 *hashes,
+		 int nhashes, bool any)
 {
 	uint32		before = pg_atomic_read_u32(&w->changecount);
 	bool		result = false;
@@ -175,10 +173,10 @@ concerns(Waiter *w, Oid dbid, int64 subid, const uint64 *hashes, int nhashes,
 	int			j;
 
 	pg_read_barrier();
-	if (w->dbid == dbid)
+	if (w->sub.dbid == dbid)
 	{
-		if (subid != 0)
-			result = w->subid == subid;
+		if (sub != NULL)
+			result = w->sub.id == sub->id && w->sub.catalog == sub->catalog;
 		else if (any || w->all)
 			result = true;
 		else
@@ -198,7 +196,7 @@ concerns(Waiter *w, Oid dbid, int64 subid, const uint64 *hashes, int nhashes,
 }
 
 static void
-wake(Oid dbid, int64 subid, const uint64 *hashes, int nhashes, bool any)
+wake(Oid dbid, const EsrcSubKey *sub, const uint64 *hashes, int nhashes, bool any)
 {
 	int			i;
 
@@ -214,7 +212,7 @@ wake(Oid dbid, int64 subid, const uint64 *hashes, int nhashes, bool any)
 
 		if (pg_atomic_read_u32(&w->active) == 0 || i == esrc_my_procno())
 			continue;
-		if (concerns(w, dbid, subid, hashes, nhashes, any))
+		if (concerns(w, dbid, sub, hashes, nhashes, any))
 			SetLatch(&ProcGlobal->allProcs[i].procLatch);
 	}
 }
@@ -229,15 +227,15 @@ wake(Oid dbid, int64 subid, const uint64 *hashes, int nhashes, bool any)
 void
 esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes, bool any)
 {
-	wake(dbid, 0, hashes, nhashes, any);
+	wake(dbid, NULL, hashes, nhashes, any);
 }
 
 /*
- * Wake the waiting polls of subscription subid (not this backend's): its
+ * Wake the waiting polls of subscription sub (not this backend's): its
  * partitions are to be spread again.
  */
 void
-esrc_wake_subscription(Oid dbid, int64 subid)
+esrc_wake_subscription(const EsrcSubKey *sub)
 {
-	wake(dbid, subid, NULL, 0, false);
+	wake(sub->dbid, sub, NULL, 0, false);
 }
