@@ -233,6 +233,7 @@ esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
 	HASH_SEQ_STATUS status;
 	Member	   *m;
 	const char **names;
+	int			maxnames = 16;
 	int			nlive = 0;
 	int			rank = 0;
 	int			share;
@@ -246,7 +247,7 @@ esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
 	require_tables();
 	*others_over = false;
 	*released = false;
-	names = palloc(sizeof(char *) * esrc_max_partition_leases);
+	names = palloc(sizeof(char *) * maxnames);
 	freeparts = palloc(sizeof(int32) * npartitions);
 
 	LWLockAcquire(lease_lock, LW_EXCLUSIVE);
@@ -267,6 +268,11 @@ esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
 		{
 			(void) hash_search(member_table, &m->key, HASH_REMOVE, NULL);
 			continue;
+		}
+		if (nlive == maxnames)
+		{
+			maxnames *= 2;
+			names = repalloc(names, sizeof(char *) * maxnames);
 		}
 		names[nlive++] = m->key.member;
 	}
