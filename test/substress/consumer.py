@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
 """A subscription member for the subscription tests (test/run-35-*.sh, run-36-*.sh).
 
-    consumer.py DSN SUBSCRIPTION MEMBER in|out [WAIT]
+    consumer.py DSN SUBSCRIPTION MEMBER in|in-broken|out [WAIT [PAUSE]]
 
 in:  the exactly-once pattern.  Per batch, in one transaction: poll, write
      the events into results_in, ack, commit; on 40001 (or 55000, the
      member lost its partitions) roll back and poll again.
+in-broken: like in, but commits the results before the ack (in a
+     transaction of its own), which is not exactly once: for showing that
+     the tests' checks catch that.
 out: the at-least-once pattern with outside effects.  Autocommit poll,
      write the events into results_out in a separate autocommit statement,
      then ack the last position; a failed ack is ignored (the events are
      delivered again).
+
+PAUSE (seconds, default 0) is slept after the results are written and
+before the ack, to widen the window in which a test can crash a batch.
+While the file named by $SUB_HOLD exists, a member that lost its
+connection does not connect again (a test can look at the server before
+the members come back).
 
 The result rows carry the member, the time of the insert (clock_timestamp)
 and, for the in pattern, the transaction's commit timestamp through xmin
@@ -18,6 +27,7 @@ server crashed or restarted) is retried until the process is killed;
 every other error ends the process with status 1.  The backend's
 application_name is "sub:MEMBER", so that a test can find it.
 """
+import os
 import sys
 import time
 
@@ -26,6 +36,8 @@ from psycopg import errors
 
 dsn, sub, member, mode = sys.argv[1:5]
 wait = sys.argv[5] if len(sys.argv) > 5 else '1s'
+pause = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+hold = os.environ.get('SUB_HOLD')
 
 POLL_IN = """
 INSERT INTO results_in (position, stream, version, member, at)
@@ -55,6 +67,10 @@ def batch_in(conn):
         cur.execute(POLL_IN, ARGS)
         n = cur.rowcount
         if n > 0:
+            if mode == 'in-broken':
+                conn.commit()
+            if pause:
+                time.sleep(pause)
             cur.execute("SELECT esrc.ack(%(sub)s, %(member)s)", ARGS)
     conn.commit()
 
@@ -67,6 +83,8 @@ def batch_out(conn):
             return
         cur.execute(WRITE_OUT, dict(ARGS, p=[r[0] for r in rows], s=[r[1] for r in rows],
                                     v=[r[2] for r in rows]))
+        if pause:
+            time.sleep(pause)
         try:
             cur.execute("SELECT esrc.ack(%(sub)s, %(member)s, %(pos)s)",
                         dict(ARGS, pos=rows[-1][0]))
@@ -79,9 +97,11 @@ def main():
     while True:
         try:
             if conn is None or conn.closed:
+                while hold and os.path.exists(hold):
+                    time.sleep(0.1)
                 conn = psycopg.connect(dsn, application_name='sub:' + member,
                                        autocommit=(mode == 'out'), connect_timeout=5)
-            if mode == 'in':
+            if mode != 'out':
                 batch_in(conn)
             else:
                 batch_out(conn)
