@@ -22,6 +22,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
+ensure_python_psycopg
 secs=${ESRC_SUB_SECONDS:-30}
 partitions=16
 dir=$(test_tmpdir subgroup)

@@ -31,6 +31,7 @@ if [ -z "${ESRC_SUB_REAPED:-}" ]; then
     ESRC_SUB_REAPED=1 exec python3 -c "$ESRC_REAPER_PY" bash "$0" "$@"
 fi
 
+ensure_python_psycopg
 round_secs=${ESRC_SUB_ROUND_SECONDS:-8}
 partitions=4
 dir=$(test_tmpdir subcrash)
