@@ -699,8 +699,8 @@ expected_matches(int64 expected, int64 head)
  */
 static void
 insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
-			  int64 first_version, int nevents, EventInput *events,
-			  TimestampTz now)
+			  const char *category_str, int64 first_version, int nevents,
+			  EventInput *events, TimestampTz now)
 {
 	TupleTableSlot *slot = log->slot;
 	int			i;
@@ -718,7 +718,8 @@ insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
 		values = slot->tts_values;
 		nulls = slot->tts_isnull;
 		memset(nulls, 0, sizeof(bool) * Natts_events);
-		values[Anum_events_position - 1] = Int64GetDatum(esrc_allocate_position(seqoid));
+		values[Anum_events_position - 1] =
+			Int64GetDatum(esrc_allocate_position(seqoid, category_str));
 		values[Anum_events_stream - 1] = PointerGetDatum(stream);
 		values[Anum_events_version - 1] = Int64GetDatum(first_version + i);
 		values[Anum_events_type - 1] = CStringGetTextDatum(ev->type);
@@ -806,8 +807,8 @@ append_events(char *stream, int nevents, EventInput *events,
 	if (!expected_isnull && !expected_matches(expected, head))
 		raise_version_conflict(stream, expected, head);
 
-	insert_events(&log, seqoid, stream_text, category, head + 1, nevents,
-				  events, now);
+	insert_events(&log, seqoid, stream_text, category, category_str, head + 1,
+				  nevents, events, now);
 
 	PopActiveSnapshot();
 	close_log(&log);

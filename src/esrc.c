@@ -67,6 +67,9 @@ _PG_init(void)
 	/* the Kafka forwarder's GUCs and background worker */
 	esrc_forwarder_init();
 
+	/* subscriptions: leases and waits (sizes shared memory) */
+	esrc_subscription_init();
+
 	MarkGUCPrefixReserved("esrc");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -82,12 +85,20 @@ esrc_shmem_size(void)
 					esrc_order_shmem_size());
 }
 
+/* what ShmemInitStruct/ShmemInitHash take besides the struct above */
+static Size
+esrc_shmem_extra_size(void)
+{
+	return add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size());
+}
+
 static void
 esrc_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(esrc_shmem_size());
+	RequestAddinShmemSpace(add_size(esrc_shmem_size(), esrc_shmem_extra_size()));
+	esrc_lease_shmem_request();
 }
 
 static void
@@ -107,6 +118,8 @@ esrc_shmem_startup(void)
 		esrc_forwarder_shmem_init();
 	}
 	esrc_order_shmem_init(found);
+	esrc_wait_shmem_init();
+	esrc_lease_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -31,6 +31,7 @@
 /* Limits on names; documented in README.md ("Limits"). */
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
 #define ESRC_MAX_TYPE_NAME		256		/* bytes */
+#define ESRC_MAX_MEMBER_NAME	63		/* bytes; subscription and member names */
 
 /*
  * Default of esrc.max_event_size: 960 kB, below librdkafka's default
@@ -47,12 +48,31 @@ extern int	esrc_max_event_size;
  * registry.  min_position is 0 when the backend's current transaction has
  * allocated no event position; PENDING (high bit set) while it is about to
  * take its first; otherwise it is a lower bound of the lowest position the
- * transaction holds (see order.c for the protocol).
+ * transaction holds.  The same holds per category: categories[0 ..
+ * ncategories - 1] are the categories (by esrc_category_hash) the
+ * transaction appended to, each with a bound of the positions it takes in
+ * that category, and overflow_bound bounds the positions it takes in any
+ * other category once it appended to more than ESRC_SLOT_CATEGORIES
+ * (ESRC_SLOT_OVERFLOW set in ncategories).  generation counts the
+ * transactions that ended holding the slot.  See order.c for the protocol.
  */
+#define ESRC_SLOT_CATEGORIES	4
+#define ESRC_SLOT_OVERFLOW		0x100	/* in ncategories */
+
+typedef struct EsrcInflightCategory
+{
+	pg_atomic_uint64 hash;		/* esrc_category_hash of the category */
+	pg_atomic_uint64 bound;		/* like min_position, for this category */
+} EsrcInflightCategory;
+
 typedef struct EsrcInflightSlot
 {
 	pg_atomic_uint32 dbid;		/* database of the transaction */
+	pg_atomic_uint32 ncategories;	/* entries in use | ESRC_SLOT_OVERFLOW */
 	pg_atomic_uint64 min_position;	/* 0 = none */
+	pg_atomic_uint64 generation;	/* + 1 at each end of a transaction */
+	pg_atomic_uint64 overflow_bound;	/* valid with ESRC_SLOT_OVERFLOW */
+	EsrcInflightCategory categories[ESRC_SLOT_CATEGORIES];
 } EsrcInflightSlot;
 
 /*
@@ -117,7 +137,7 @@ extern void esrc_forwarder_check_category(const char *category);
 /* order.c */
 extern Size esrc_order_shmem_size(void);
 extern void esrc_order_shmem_init(bool found);
-extern int64 esrc_allocate_position(Oid seqoid);
+extern int64 esrc_allocate_position(Oid seqoid, const char *category);
 extern int64 esrc_safe_position(Oid seqoid);
 extern int64 esrc_sequence_last_value(Oid seqoid);
 
@@ -128,10 +148,57 @@ extern int64 esrc_sequence_last_value(Oid seqoid);
  * waits only for transactions that may append to one of them.
  */
 extern uint64 esrc_category_hash(const char *category, int len);
+extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
+									int nhashes);
 
-/* subwait.c: wake the long polls a commit or abort concerns (order.c) */
+/*
+ * subwait.c: the long polls of esrc.poll() (subscription.c) wait on their
+ * latch; a commit or abort that appended wakes those it concerns (order.c).
+ * A poll tracks up to ESRC_WAIT_CATEGORIES categories, beyond that all.
+ */
+#define ESRC_WAIT_CATEGORIES	8
+
+/*
+ * A subscription as shared memory knows it: its database, the esrc.subscriptions
+ * table it is a row of (so that a subscription of a dropped and re-created
+ * extension, whose ids start again at 1, is another one), and its id.
+ */
+typedef struct EsrcSubKey
+{
+	Oid			dbid;
+	Oid			catalog;
+	int64		id;
+} EsrcSubKey;
+extern Size esrc_wait_shmem_size(void);
+extern void esrc_wait_shmem_init(void);
+extern void esrc_wait_register(const EsrcSubKey *sub, const uint64 *hashes,
+							   int nhashes, bool all);
+extern void esrc_wait_unregister(void);
+extern bool esrc_wait_sleep(long timeout_ms);
 extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 								  bool any);
+extern void esrc_wake_subscription(const EsrcSubKey *sub);
+
+/* sublease.c: partition leases of subscriptions, in shared memory */
+extern int	esrc_max_partition_leases;
+extern Size esrc_lease_shmem_size(void);
+extern void esrc_lease_shmem_request(void);
+extern void esrc_lease_shmem_init(void);
+extern int	esrc_lease_poll(const EsrcSubKey *sub, int npartitions,
+							const char *member, int lease_ms, int32 *held,
+							bool *others_over, bool *released);
+extern int	esrc_lease_ack(const EsrcSubKey *sub, int npartitions,
+						   const char *member, int lease_ms, int32 *held,
+						   int64 *polled, int64 *covered_to);
+extern void esrc_lease_record(const EsrcSubKey *sub, const char *member,
+							  int nheld, const int32 *held,
+							  const int64 *checkpoints, int64 covered_to);
+extern void esrc_lease_holders(const EsrcSubKey *sub, int npartitions,
+							   char **members, TimestampTz *expires);
+extern void esrc_lease_forget(const EsrcSubKey *sub);
+
+/* subscription.c: the subscriptions' GUCs */
+extern void esrc_subscription_init(void);
 
 /*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags

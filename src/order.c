@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * order.c
- *	  The in-flight registry and the safe read horizon: commit-safe global
- *	  order for read_all() and read_category().
+ *	  The in-flight registry and the safe read horizons: commit-safe global
+ *	  order for read_all(), and per category for read_category() and the
+ *	  long polls of subscriptions (subwait.c, woken from here at the end of
+ *	  each transaction that appended).
  *
  * Event positions come from the sequence esrc.position_seq (CACHE 1, a
  * positive increment and NO CYCLE, so nextval() hands out strictly
@@ -62,6 +64,84 @@
  * placeholder 1, H dropped to 0 while any appender was between W1 and
  * W3.)
  *
+ * Per category (esrc_safe_position_for: read_category, subscriptions).  A
+ * reader of a set S of categories must not wait for transactions that
+ * append only to other categories, so a slot also lists the categories its
+ * transaction appended to, by a 64-bit hash h(c) (esrc_category_hash; a
+ * collision only holds a reader back more), each entry with a word that
+ * plays min_position's part for the positions taken in that category: up
+ * to ESRC_SLOT_CATEGORIES entries, then one more word, overflow_bound, for
+ * every category without an entry (the slot then holds back readers of
+ * every category).  ncategories counts the entries, with ESRC_SLOT_OVERFLOW
+ * once overflow_bound is in use; generation grows by one each time a
+ * transaction gives the slot up.  W1-W5 and R1-R4 are unchanged, and
+ * esrc_safe_position() reads only min_position.
+ *
+ *	 writer, first position of the transaction in category c (together with
+ *	 W1-W4 when it is the first position of the transaction):
+ *	   C1  w = a new entry {h(c), PENDING}, or, all entries in use, w =
+ *		   overflow_bound = PENDING (unless the slot has overflowed
+ *		   already: then there is nothing to do for c); then ncategories =
+ *		   entries in use (| ESRC_SLOT_OVERFLOW); full barrier
+ *	   C2  L = last(seq); CAS w from PENDING to L + 1 (at the first
+ *		   position, W2 and C2 share one read of last(seq))
+ *	   C3  p = nextval(position_seq)
+ *	   C4  w = p
+ *	 later positions in c: nextval() only (the backend keeps a copy of its
+ *	 entries' hashes: a few compares)
+ *	 at commit or abort, W5 becomes:
+ *	   W5  min_position = 0; ncategories = 0; generation += 1 (a full
+ *		   barrier: the backend's next transaction writes after it)
+ *
+ *	 reader of S (esrc_safe_position_for):
+ *	   R1' M = last(seq); full barrier
+ *	   R2' for each slot: g = generation; n = ncategories; skip the slot
+ *		   if n = 0 or its dbid is another database's; the value of each
+ *		   entry whose hash is in S, and of overflow_bound if n has
+ *		   ESRC_SLOT_OVERFLOW, each PENDING of this database replaced as
+ *		   in R2; then skip the slot if generation != g
+ *	   R3' H = min(M, min over the values kept - 1)
+ *	   R4' as R4
+ *
+ * Bound, word by word as for min_position: a word's value is <= every
+ * position its transaction takes in the categories it stands for (an
+ * entry: its category; overflow_bound: every category without an entry,
+ * all of whose positions come after overflow_bound's C1).  A reader's CAS
+ * is right whichever transaction of the backend owns the word when it
+ * lands: N was read before it, which came before the owner's C2 CAS and so
+ * before its nextval().
+ *
+ * Consistent view: if R2' reads g before and after, all it read between
+ * was written by the transaction that held the slot in generation g (or is
+ * its W5's zeroes): the next transaction writes only after the W5 that
+ * changes g.  A slot skipped for a changed generation is that of a
+ * transaction that ended during R2' (outcome visible: W5 follows
+ * ProcArrayEndTransaction), and its successor takes positions > M.
+ *
+ * Claim (safety, per S): every position p <= H of a category c in S
+ * belongs to a transaction T whose outcome is visible to the snapshot of
+ * R4'.  Let w be T's word for c.  Since p <= M, the nextval() that
+ * returned p happened before R1', and so did w's C1.  So R2' either sees
+ * T's slot after that C1 in a consistent view, and keeps w's value, <= p
+ * (bound; then H < p), or sees W5 of T, which only comes after T's outcome
+ * is visible.
+ *
+ * Claim (monotonic, per S): a call for S that starts after another call
+ * for S returned H1 returns H2 >= H1.  M only grows, and a skipped slot
+ * only raises H2.  Take a value v of T's word w that the second call keeps
+ * (consistent view, T running).  If the first call kept a value of w, H1
+ * <= that value - 1 <= v - 1 (values only grow).  If not, its R1' came
+ * before C2's read of L in the order of last(seq) reads: otherwise T's
+ * writes up to C1, and those of the backend's earlier transactions, would
+ * all have been visible to its R2', which would have seen a consistent
+ * view of T with w (T had not ended: the second call saw it running), and
+ * kept it.  So L >= M1 >= H1, p > L, and a reader's N + 1 has N read after
+ * that reader saw C1, so after the first call's R1' as well: N >= M1.
+ * This is why a category that a running transaction adds gets a word of
+ * its own: if T appended to A at 10, a reader of B returned 12, and T then
+ * appends to B at 13, B's word is published at 13's C1 and bounds at 13 or
+ * more, where T's min_position (10) would have dropped B's horizon to 9.
+ *
  * What the proof takes from PostgreSQL, per major (re-read in the sources
  * of Debian's 15 and 18.6 packages; Debian's source of 17 could not be
  * fetched here, and 17 lies between two majors whose code is the same in
@@ -80,7 +160,8 @@
  *	   snapshot, which is also new; either is taken after R3 (15, 18).
  *
  * Only transactions that appended events hold the horizon back, and only
- * from their first append until they end.  PREPARE TRANSACTION is refused
+ * from their first append until they end; a category's horizon only from
+ * their first append to that category (or from their overflow on).  PREPARE TRANSACTION is refused
  * for them: a prepared transaction would hold a position with no backend
  * left to clear the slot.
  *
@@ -88,7 +169,9 @@
  * forwarder's latch, so the Kafka worker wakes once per committing
  * transaction that appended; at ABORT of such a transaction too, since its
  * slot may have been what held back events that others committed.  A
- * transaction that appended nothing never wakes it.
+ * transaction that appended nothing never wakes it.  The long polls of the
+ * transaction's categories (esrc_wake_subscribers, subwait.c) are woken
+ * at the same two points, after W5.
  *
  *-------------------------------------------------------------------------
  */
@@ -101,6 +184,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_sequence.h"
 #include "commands/sequence.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -125,6 +209,17 @@
 
 /* Does the current transaction hold a slot?  Backend-local. */
 static bool esrc_xact_has_slot = false;
+
+/*
+ * Backend-local copy of what the slot says about the categories of the
+ * current transaction, so that a repeat append to one of them costs a few
+ * compares: the hashes of categories[0 .. esrc_xact_ncats - 1], and
+ * whether the slot overflowed (then every other category is covered by
+ * overflow_bound too).
+ */
+static uint64 esrc_xact_hashes[ESRC_SLOT_CATEGORIES];
+static int	esrc_xact_ncats = 0;
+static bool esrc_xact_overflow = false;
 static bool esrc_callback_registered = false;
 
 static void esrc_xact_callback(XactEvent event, void *arg);
@@ -145,8 +240,19 @@ esrc_order_shmem_init(bool found)
 	esrc_shared->nslots = MaxBackends;
 	for (i = 0; i < MaxBackends; i++)
 	{
-		pg_atomic_init_u32(&esrc_shared->inflight[i].dbid, InvalidOid);
-		pg_atomic_init_u64(&esrc_shared->inflight[i].min_position, 0);
+		EsrcInflightSlot *slot = &esrc_shared->inflight[i];
+		int			j;
+
+		pg_atomic_init_u32(&slot->dbid, InvalidOid);
+		pg_atomic_init_u32(&slot->ncategories, 0);
+		pg_atomic_init_u64(&slot->min_position, 0);
+		pg_atomic_init_u64(&slot->generation, 0);
+		pg_atomic_init_u64(&slot->overflow_bound, 0);
+		for (j = 0; j < ESRC_SLOT_CATEGORIES; j++)
+		{
+			pg_atomic_init_u64(&slot->categories[j].hash, 0);
+			pg_atomic_init_u64(&slot->categories[j].bound, 0);
+		}
 	}
 }
 
@@ -229,17 +335,55 @@ check_position_sequence(Oid seqoid)
 }
 
 /*
- * Take the next global position for an event of the current transaction,
- * registering the transaction as in flight first (steps W1-W4).  Call it
- * with the stream's lock held.  May ereport (nextval can fail, and the
- * first call of a transaction checks the sequence).
+ * The 64-bit hash by which the registry knows a category (internal: it is
+ * not stored and may change between releases).  Readers pass these hashes
+ * to esrc_safe_position_for(); esrc_wake_subscribers() gets them at commit.
+ */
+uint64
+esrc_category_hash(const char *category, int len)
+{
+	return hash_bytes_extended((const unsigned char *) category, len, 0);
+}
+
+/*
+ * Steps C2-C4 (and W2-W4 for the first position) of the header comment:
+ * the caller has published "word" as PENDING (C1) and issued a full
+ * barrier.  Returns the position taken.
+ */
+static int64
+take_position(Oid seqoid, pg_atomic_uint64 *word)
+{
+	uint64		pending = ESRC_PENDING(MyDatabaseId);
+	int64		pos;
+
+	/* C2; the CAS is a full barrier */
+	(void) pg_atomic_compare_exchange_u64(word, &pending,
+										  (uint64) read_last_value(seqoid) + 1);
+	/* C3 */
+	pos = nextval_internal(seqoid, false);
+	/* C4: every later position of the transaction is higher */
+	pg_atomic_write_u64(word, (uint64) pos);
+	return pos;
+}
+
+/*
+ * Take the next global position for an event of category "category" in
+ * the current transaction, registering the transaction as in flight first
+ * (steps W1-W4), and the category with it (C1-C4) unless the transaction
+ * already appended to it.  Call it with the stream's lock held.  May
+ * ereport (nextval can fail, and the first call of a transaction checks
+ * the sequence).  A repeat append to a category of the transaction costs a
+ * hash of the name and a few compares beyond nextval().
  */
 int64
-esrc_allocate_position(Oid seqoid)
+esrc_allocate_position(Oid seqoid, const char *category)
 {
 	EsrcInflightSlot *slot = my_slot();
+	uint64		hash = esrc_category_hash(category, strlen(category));
+	uint64		pending = ESRC_PENDING(MyDatabaseId);
+	EsrcInflightCategory *entry;
 	int64		pos;
-	uint64		pending;
+	int			i;
 
 	if (!esrc_callback_registered)
 	{
@@ -248,25 +392,69 @@ esrc_allocate_position(Oid seqoid)
 	}
 
 	if (esrc_xact_has_slot)
-		return nextval_internal(seqoid, false);
+	{
+		int			n = esrc_xact_ncats;
+
+		for (i = 0; i < n; i++)
+			if (esrc_xact_hashes[i] == hash)
+				return nextval_internal(seqoid, false);
+		if (esrc_xact_overflow)
+			return nextval_internal(seqoid, false);
+
+		/* C1: a new category; then C2-C4 */
+		if (n < ESRC_SLOT_CATEGORIES)
+		{
+			entry = &slot->categories[n];
+			pg_atomic_write_u64(&entry->hash, hash);
+			pg_atomic_write_u64(&entry->bound, pending);
+			esrc_xact_hashes[n] = hash;
+			esrc_xact_ncats = n + 1;
+			pg_write_barrier();
+			pg_atomic_write_u32(&slot->ncategories, (uint32) (n + 1));
+			pg_memory_barrier();
+			return take_position(seqoid, &entry->bound);
+		}
+		pg_atomic_write_u64(&slot->overflow_bound, pending);
+		esrc_xact_overflow = true;
+		pg_write_barrier();
+		pg_atomic_write_u32(&slot->ncategories, (uint32) n | ESRC_SLOT_OVERFLOW);
+		pg_memory_barrier();
+		return take_position(seqoid, &slot->overflow_bound);
+	}
 
 	check_position_sequence(seqoid);
 
-	/* W1 (dbid first: readers read it after seeing a non-zero value) */
+	/*
+	 * W1 with C1 of the first category (dbid and the entry first: readers
+	 * read them after seeing ncategories or min_position non-zero)
+	 */
+	entry = &slot->categories[0];
 	pg_atomic_write_u32(&slot->dbid, MyDatabaseId);
+	pg_atomic_write_u64(&entry->hash, hash);
+	pg_atomic_write_u64(&entry->bound, pending);
 	pg_write_barrier();
-	pg_atomic_write_u64(&slot->min_position, ESRC_PENDING(MyDatabaseId));
+	pg_atomic_write_u32(&slot->ncategories, 1);
+	pg_atomic_write_u64(&slot->min_position, pending);
 	esrc_xact_has_slot = true;
+	esrc_xact_hashes[0] = hash;
+	esrc_xact_ncats = 1;
+	esrc_xact_overflow = false;
 	pg_memory_barrier();
 
-	/* W2; the CAS is a full barrier */
-	pending = ESRC_PENDING(MyDatabaseId);
-	(void) pg_atomic_compare_exchange_u64(&slot->min_position, &pending,
-										  (uint64) read_last_value(seqoid) + 1);
+	/* W2 and C2 with one read of last(seq); each CAS is a full barrier */
+	{
+		uint64		bound = (uint64) read_last_value(seqoid) + 1;
+
+		(void) pg_atomic_compare_exchange_u64(&slot->min_position, &pending, bound);
+		pending = ESRC_PENDING(MyDatabaseId);
+		(void) pg_atomic_compare_exchange_u64(&entry->bound, &pending, bound);
+	}
 
 	pos = nextval_internal(seqoid, false);
 
-	pg_atomic_write_u64(&slot->min_position, pos);
+	/* W4, C4 */
+	pg_atomic_write_u64(&slot->min_position, (uint64) pos);
+	pg_atomic_write_u64(&entry->bound, (uint64) pos);
 	return pos;
 }
 
@@ -290,6 +478,23 @@ esrc_sequence_last_value(Oid seqoid)
 }
 
 /*
+ * A standby has no in-flight registry of the primary's appends, and its
+ * copy of the sequence runs ahead of the primary's commits: a horizon
+ * computed there would not be commit-safe.
+ */
+static void
+check_not_in_recovery(void)
+{
+	esrc_require_shared();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the esrc read horizon is not available during recovery"),
+				 errdetail("esrc.read_all(), esrc.read_category() and esrc.safe_position() are commit-safe only on the primary, which tracks appends in flight."),
+				 errhint("Read global order on the primary, or use esrc.read_stream() on a standby.")));
+}
+
+/*
  * The safe read horizon H of this database (steps R1-R3): every event at a
  * position <= H is committed or rolled back, and visible as such to any
  * snapshot taken after this call returns, and H is never lower than what
@@ -303,20 +508,7 @@ esrc_safe_position(Oid seqoid)
 	int64		horizon;
 	int			i;
 
-	esrc_require_shared();
-
-	/*
-	 * A standby has no in-flight registry of the primary's appends, and its
-	 * copy of the sequence runs ahead of the primary's commits: a horizon
-	 * computed here would not be commit-safe.
-	 */
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the esrc read horizon is not available during recovery"),
-				 errdetail("esrc.read_all(), esrc.read_category() and esrc.safe_position() are commit-safe only on the primary, which tracks appends in flight."),
-				 errhint("Read global order on the primary, or use esrc.read_stream() on a standby.")));
-
+	check_not_in_recovery();
 	horizon = esrc_sequence_last_value(seqoid);
 	pg_memory_barrier();
 
@@ -353,6 +545,114 @@ esrc_safe_position(Oid seqoid)
 	return horizon;
 }
 
+/*
+ * A category bound (entry bound or overflow_bound) for step R2': the value
+ * the word shows, after replacing this database's PENDING by last(seq) + 1
+ * as in R2.  0 when the word shows something no reader may use (another
+ * database's PENDING, or a value of no transaction): the slot was reused
+ * while we looked, which the generation check of the caller detects.
+ */
+static uint64
+category_bound(Oid seqoid, pg_atomic_uint64 *word)
+{
+	uint64		v = pg_atomic_read_u64(word);
+	uint64		pending = ESRC_PENDING(MyDatabaseId);
+
+	if (v == pending)
+	{
+		/* the buffer lock orders the read after seeing PENDING */
+		uint64		bound = (uint64) read_last_value(seqoid) + 1;
+
+		if (pg_atomic_compare_exchange_u64(word, &pending, bound))
+			return bound;
+		v = pending;			/* what the word shows now */
+	}
+	if (v & ESRC_PENDING_FLAG)
+		return 0;
+	return v;
+}
+
+/*
+ * The safe read horizon of this database for a reader of the categories
+ * hashes[0 .. nhashes - 1] (esrc_category_hash; duplicates are harmless):
+ * like esrc_safe_position(), but only transactions that may append to one
+ * of those categories hold it back (steps R1' - R3' of the header
+ * comment).  The two claims hold per set of categories: every event of
+ * those categories at a position <= H is settled and visible to a
+ * snapshot taken after the call, and a later call for the same set never
+ * returns less.  nhashes 0 gives last(seq).  Same costs as
+ * esrc_safe_position(), times the compares of nhashes with each busy
+ * slot's categories.
+ */
+int64
+esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
+{
+	int64		horizon;
+	int			i;
+
+	check_not_in_recovery();
+
+	/* R1' */
+	horizon = esrc_sequence_last_value(seqoid);
+	pg_memory_barrier();
+
+	for (i = 0; i < esrc_shared->nslots; i++)
+	{
+		EsrcInflightSlot *slot = &esrc_shared->inflight[i];
+		uint64		gen = pg_atomic_read_u64(&slot->generation);
+		uint32		ncat;
+		int			n;
+		int			j;
+		uint64		lowest = PG_UINT64_MAX;
+
+		pg_read_barrier();
+		ncat = pg_atomic_read_u32(&slot->ncategories);
+		if (ncat == 0)
+			continue;
+		/* dbid and the entries are written before ncategories */
+		pg_read_barrier();
+		if (pg_atomic_read_u32(&slot->dbid) != MyDatabaseId)
+			continue;
+		n = Min((int) (ncat & ~ESRC_SLOT_OVERFLOW), ESRC_SLOT_CATEGORIES);
+
+		/* R2' */
+		for (j = 0; j < n; j++)
+		{
+			EsrcInflightCategory *entry = &slot->categories[j];
+			uint64		hash = pg_atomic_read_u64(&entry->hash);
+			int			k;
+
+			for (k = 0; k < nhashes; k++)
+			{
+				if (hashes[k] == hash)
+				{
+					uint64		b = category_bound(seqoid, &entry->bound);
+
+					if (b != 0 && b < lowest)
+						lowest = b;
+					break;
+				}
+			}
+		}
+		if ((ncat & ESRC_SLOT_OVERFLOW) && nhashes > 0)
+		{
+			uint64		b = category_bound(seqoid, &slot->overflow_bound);
+
+			if (b != 0 && b < lowest)
+				lowest = b;
+		}
+
+		/* a transaction that ended while we looked holds nothing back */
+		pg_read_barrier();
+		if (pg_atomic_read_u64(&slot->generation) != gen)
+			continue;
+		/* R3' */
+		if (lowest != PG_UINT64_MAX && (int64) lowest - 1 < horizon)
+			horizon = (int64) lowest - 1;
+	}
+	return horizon;
+}
+
 static void
 wake_forwarder(void)
 {
@@ -383,15 +683,31 @@ esrc_xact_callback(XactEvent event, void *arg)
 			{
 				EsrcInflightSlot *slot = &esrc_shared->inflight[esrc_my_procno()];
 
+				uint64		hashes[ESRC_SLOT_CATEGORIES];
+				int			n = esrc_xact_ncats;
+				bool		overflow = esrc_xact_overflow;
+
+				/* W5 */
 				pg_atomic_write_u64(&slot->min_position, 0);
+				pg_atomic_write_u32(&slot->ncategories, 0);
+				/* a full barrier: the next transaction writes after it */
+				pg_atomic_fetch_add_u64(&slot->generation, 1);
+				memcpy(hashes, esrc_xact_hashes, sizeof(uint64) * n);
 				esrc_xact_has_slot = false;
+				esrc_xact_ncats = 0;
+				esrc_xact_overflow = false;
+
 				/*
 				 * A commit has events to forward; an abort may have released
 				 * the horizon that held back events other transactions
-				 * committed meanwhile.
+				 * committed meanwhile.  Both concern the long polls of those
+				 * categories.
 				 */
 				if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+				{
 					wake_forwarder();
+					esrc_wake_subscribers(MyDatabaseId, hashes, n, overflow);
+				}
 				break;
 			}
 		default:

@@ -27,7 +27,8 @@
  * so no horizon is needed.
  *
  * Global reads (read_all, read_category) stop at the safe horizon of
- * order.c and then read with a snapshot taken after the horizon was
+ * order.c (read_category at the horizon of its category, which appends in
+ * flight to other categories do not hold back) and then read with a snapshot taken after the horizon was
  * computed, whatever the isolation level: a reader that has seen position
  * P will never later find a newly committed event at a position <= P.
  * They therefore always show the latest settled events, not those of an
@@ -379,11 +380,11 @@ global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category)
 	Datum		key = (Datum) 0;
 
 	check_non_negative("after_position", after);
-	horizon = esrc_safe_position(esrc_relation_oid("position_seq"));
 	limit = limit_arg(fcinfo, afterarg + 1);
 	if (order == ESRC_LOG_BY_CATEGORY)
 	{
 		char	   *cat = esrc_check_name(category, "category", ESRC_MAX_STREAM_NAME);
+		uint64		hash;
 
 		if (strchr(cat, '-') != NULL)
 			ereport(ERROR,
@@ -391,7 +392,13 @@ global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category)
 					 errmsg("category must not contain \"-\""),
 					 errdetail("The category of a stream is the part of its name before the first \"-\".")));
 		key = CStringGetTextDatum(cat);
+		/* only appends that may touch this category hold it back */
+		hash = esrc_category_hash(cat, strlen(cat));
+		horizon = esrc_safe_position_for(esrc_relation_oid("position_seq"),
+										 &hash, 1);
 	}
+	else
+		horizon = esrc_safe_position(esrc_relation_oid("position_seq"));
 	/* position > after; after + 1 cannot overflow past the horizon */
 	run_read(fcinfo, order, key, after == PG_INT64_MAX ? PG_INT64_MAX : after + 1,
 			 after == PG_INT64_MAX ? 0 : horizon, ForwardScanDirection, limit, true);

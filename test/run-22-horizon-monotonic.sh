@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # esrc.safe_position() never goes backwards: while ESRC_HORIZON_CLIENTS
-# (default 8) pgbench clients append single events to streams of their own
-# for ESRC_HORIZON_SECONDS (default 10), one reader session calls
-# safe_position() in a loop and compares every value it sees with the
-# highest one before it.  A second reader does the same with a new
-# transaction per call (read_all cursors are kept across transactions and
-# sessions).  Fails on any value lower than an earlier one, or when the
-# readers saw too little to mean anything.
+# (default 8) pgbench clients append for ESRC_HORIZON_SECONDS (default 10)
+# to streams of their own, each transaction an event to a random category
+# of hz0..hz3 and then one to another random one of them, one reader
+# session calls safe_position() in a loop and compares every value it sees
+# with the highest one before it.  A second reader does the same with a
+# new transaction per call (read_all cursors are kept across transactions
+# and sessions).  Two more readers follow the per-category horizons of hz0
+# and hz1 through read_category(): each call reads from its last event on,
+# which must still be there (the category's horizon did not drop below
+# it), and at the end every event of its category up to its last one must
+# have come by (none hidden by a horizon that was not safe).  Fails on any
+# value lower than an earlier one, a missed event, or when the readers saw
+# too little to mean anything.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -53,17 +59,62 @@ BEGIN
     INSERT INTO horizon_run VALUES (reader, n, highest);
 END
 $$;
+-- the category readers: each call reads read_category(cat) from the last
+-- event it returned on (so that event must come back first), a new
+-- transaction per call; "seen" counts the events past the last one
+CREATE TABLE horizon_seen (reader text, category text, seen bigint, last bigint);
+CREATE PROCEDURE horizon_follow_category(seconds int, cat text) LANGUAGE plpgsql AS $$
+DECLARE
+    reader text := 'category ' || cat;
+    last bigint := 0;
+    newlast bigint;
+    first bigint;
+    seen bigint := 0;
+    r record;
+    n bigint := 0;
+    deadline timestamptz := clock_timestamp() + make_interval(secs => seconds);
+BEGIN
+    WHILE clock_timestamp() < deadline LOOP
+        first := NULL;
+        newlast := last;
+        FOR r IN SELECT position FROM esrc.read_category(cat, greatest(last - 1, 0), 100000) LOOP
+            first := coalesce(first, r.position);
+            IF r.position > last THEN
+                seen := seen + 1;
+                newlast := r.position;
+            END IF;
+        END LOOP;
+        n := n + 1;
+        IF last > 0 AND first IS DISTINCT FROM last THEN
+            INSERT INTO horizon_drop VALUES (reader, n, coalesce(first, 0), last);
+        END IF;
+        last := newlast;
+        COMMIT;
+    END LOOP;
+    INSERT INTO horizon_run VALUES (reader, n, last);
+    INSERT INTO horizon_seen VALUES (reader, cat, seen, last);
+END
+$$;
 SQL
 
 cat >"$dir/append.pgbench" <<'EOF2'
-SELECT esrc.append('horizon-' || :client_id, 'Tick', '{}');
+\set a random(0, 3)
+\set b random(0, 3)
+BEGIN;
+SELECT esrc.append('hz' || :a || '-' || :client_id, 'Tick', '{}');
+SELECT esrc.append('hz' || :b || '-' || :client_id, 'Tock', '{}');
+COMMIT;
 EOF2
 
-log "$clients writers, 2 readers of esrc.safe_position(), ${secs}s"
+log "$clients writers, 2 readers of esrc.safe_position(), 2 of read_category(), ${secs}s"
 psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow($secs, false)" >"$dir/reader1.log" 2>&1 &
 reader_pids+=($!)
 psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow($secs, true)" >"$dir/reader2.log" 2>&1 &
 reader_pids+=($!)
+for c in hz0 hz1; do
+    psql -qX -v ON_ERROR_STOP=1 -c "CALL horizon_follow_category($secs, '$c')" >"$dir/reader-$c.log" 2>&1 &
+    reader_pids+=($!)
+done
 "$PG_BINDIR/pgbench" -n -c "$clients" -j 2 -T "$secs" -f "$dir/append.pgbench" \
     >"$dir/pgbench.log" 2>&1 || { cat "$dir/pgbench.log"; die "pgbench failed"; }
 grep -E "^number of transactions actually processed" "$dir/pgbench.log" | sed 's/^/  /' >&2
@@ -79,10 +130,17 @@ if [ "$drops" != 0 ]; then
     psql -qX -c "SELECT reader, count(*) AS drops, min(value) AS lowest,
                         (array_agg(format('call %s: %s after %s', call, value, highest) ORDER BY call))[1:3] AS first
                  FROM horizon_drop GROUP BY reader" >&2
-    die "esrc.safe_position() went backwards $drops times"
+    die "a horizon went backwards $drops times"
 fi
+missed=$(psql -qAtX -c "SELECT string_agg(format('%s saw %s of %s events up to %s', s.reader, s.seen, e.n, s.last), '; ')
+                        FROM horizon_seen s,
+                             LATERAL (SELECT count(*) AS n FROM esrc.events
+                                      WHERE category = s.category AND position <= s.last) e
+                        WHERE s.seen <> e.n")
+[ -z "$missed" ] || die "a category reader missed events: $missed"
+[ "$(psql -qAtX -c "SELECT count(*) FROM horizon_seen")" = 2 ] || die "a category reader did not report"
 # the readers must have watched the horizon move while appends were in flight
 weak=$(psql -qAtX -c "SELECT count(*) FROM horizon_run WHERE calls < 1000 OR highest < 1000")
-[ "$(psql -qAtX -c "SELECT count(*) FROM horizon_run")" = 2 ] || die "a reader did not report"
+[ "$(psql -qAtX -c "SELECT count(*) FROM horizon_run")" = 4 ] || die "a reader did not report"
 [ "$weak" = 0 ] || die "the readers saw too little (fewer than 1000 calls or a horizon below 1000)"
-log "safe_position() never went backwards"
+log "safe_position() and the category horizons never went backwards; no category reader missed an event"
