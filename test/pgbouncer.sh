@@ -29,7 +29,6 @@
 
 PGB_PORT=
 PGB_DIR=
-PGB_CHILD=
 PGB_USERS=${PGB_USERS:-postgres esrc}
 
 pgb_ensure() {
@@ -107,22 +106,21 @@ pgb_start() {
         for line in "$@"; do echo "$line"; done
     } >"$dir/pgbouncer.ini"
     [ "$(id -u)" = 0 ] && chown -R "$ESRC_TEST_USER" "$dir"
-    # in the foreground, as a child of this shell (pgb_stop waits for it:
-    # no zombie left to a PID 1 that may not reap); pgbouncer refuses to
-    # run as root
-    as_test_user pgbouncer -q "$dir/pgbouncer.ini" </dev/null >/dev/null 2>"$dir/pgbouncer.err" &
-    PGB_CHILD=$!
+    # -d: a daemon, not a job of the caller's shell (a bare `wait` there
+    # would wait for it); it writes its pidfile before it answers.
+    # pgbouncer refuses to run as root.
+    as_test_user pgbouncer -d -q "$dir/pgbouncer.ini" </dev/null >/dev/null 2>"$dir/pgbouncer.err" \
+        || { cat "$dir/pgbouncer.err" "$dir/pgbouncer.log" 2>/dev/null | tail -20 >&2; die "pgbouncer did not start"; }
     PGB_DIR=$dir
     PGB_PORT=$port
     for ((i = 0; i < 100; i++)); do
-        kill -0 "$PGB_CHILD" 2>/dev/null || break
         psql -h 127.0.0.1 -p "$port" -U postgres -d pgbouncer -qAtX -c "SHOW VERSION" >/dev/null 2>&1 && break
         sleep 0.1
     done
-    if [ $i -ge 100 ] || ! kill -0 "$PGB_CHILD" 2>/dev/null; then
-        cat "$dir/pgbouncer.err" "$dir/pgbouncer.log" 2>/dev/null | tail -20 >&2
+    if [ $i -ge 100 ]; then
+        tail -20 "$dir/pgbouncer.log" >&2
         pgb_stop "$dir"
-        die "pgbouncer did not start on port $port (log above)"
+        die "pgbouncer does not answer on port $port (log above)"
     fi
     log "pgbouncer on 127.0.0.1:$port (transaction pooling, pool $pool) -> 127.0.0.1:$pgport"
 }
@@ -138,14 +136,9 @@ pgb_alive() {
 }
 
 pgb_stop() {
-    local dir=${1:-$PGB_DIR} pid= i
-    [ -n "$dir" ] || return 0
-    if [ -f "$dir/pgbouncer.pid" ]; then
-        pid=$(cat "$dir/pgbouncer.pid")
-    elif [ -n "$PGB_CHILD" ] && [ "$dir" = "$PGB_DIR" ]; then
-        # it has not written its pidfile yet: the child of our runuser
-        pid=$(pgrep -P "$PGB_CHILD" -x pgbouncer || true)
-    fi
+    local dir=${1:-$PGB_DIR} pid i
+    [ -n "$dir" ] && [ -f "$dir/pgbouncer.pid" ] || return 0
+    pid=$(cat "$dir/pgbouncer.pid")
     # only a pgbouncer running on this ini file (guard against pid reuse)
     if [[ "$pid" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "pgbouncer.*$dir/pgbouncer.ini"; then
         kill -TERM "$pid" 2>/dev/null || true
@@ -156,8 +149,4 @@ pgb_stop() {
         pgb_alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$dir/pgbouncer.pid"
-    if [ -n "$PGB_CHILD" ] && [ "$dir" = "$PGB_DIR" ]; then
-        wait "$PGB_CHILD" 2>/dev/null || true
-        PGB_CHILD=
-    fi
 }
