@@ -5,9 +5,9 @@
 #
 #   bash bench/subscribe/run.sh          (as root or a sudoer, like test/all.sh)
 #   BENCH_EVENTS=1000000 BENCH_LAT_SECONDS=30 BENCH_APPEND_SECONDS=20 \
-#   BENCH_ROUNDS=3 bash bench/subscribe/run.sh
+#   BENCH_ROUNDS=5 bash bench/subscribe/run.sh
 #
-# 1. consumption throughput: $BENCH_EVENTS (100,000) events in 1,000
+# 1. consumption throughput: $BENCH_EVENTS (200,000) events in 1,000
 #    streams, consumed from the beginning and acked in batches of 100 (one
 #    transaction per batch: poll, ack, commit) by 1 member and by 4
 #    members of a subscription with 16 partitions, from the first poll to
@@ -30,14 +30,20 @@
 #    of each phase are warm-up.  p50/p90/p99/max, and the writers' mean
 #    statement latency in each phase (NOTIFY serializes commits).
 # 3. append throughput: pgbench, 8 clients, esrc.append of one event per
-#    transaction, $BENCH_APPEND_SECONDS (8) s, with no subscriber, with 4
-#    subscribers waiting in esrc.poll on a category nobody appends to, and
-#    with 4 subscribers (4 subscriptions) consuming the load as it comes;
-#    $BENCH_ROUNDS (2) rounds alternate the variants, the best round of
-#    each counts, ratios to "none" of the bests and the median of the
-#    per-round ratios.  The consuming subscribers share the machine's
-#    cores with the writers: their ratio includes their own CPU, not only
-#    the cost of the wake-up on commit.
+#    transaction, $BENCH_APPEND_SECONDS (8) s, with 4 subscribers (4
+#    subscriptions, one member each, polling with a 5 s wait and acking)
+#    or none:
+#      none       no subscription
+#      waiting    on a category nobody appends to: never woken
+#      woken      on the load's category with a type filter that drops
+#                 every event: woken by the commits, nothing to return
+#                 (each such poll commits its checkpoint past the scan)
+#      consuming  on the load's category: every event, as it comes
+#    $BENCH_ROUNDS (3) rounds alternate the variants, the best round of
+#    each counts; ratios to "none" of the bests, the median of the
+#    per-round ratios and the per-round ratios.  Woken and consuming
+#    subscribers share the machine's cores with the writers: their ratio
+#    includes their own work, not only the cost of the wake-up on commit.
 #
 # Clients: pgbench writes (its -R gives an exact Poisson rate; the house's
 # append benchmarks use it); the readers are Python/psycopg processes
@@ -49,11 +55,11 @@ set -euo pipefail
 ESRC_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 source "$ESRC_ROOT/test/lib.sh"
 
-EVENTS=${BENCH_EVENTS:-100000}
+EVENTS=${BENCH_EVENTS:-200000}
 RATE=${BENCH_RATE:-1000}
 LAT_SECS=${BENCH_LAT_SECONDS:-10}
 APP_SECS=${BENCH_APPEND_SECONDS:-8}
-ROUNDS=${BENCH_ROUNDS:-2}
+ROUNDS=${BENCH_ROUNDS:-3}
 CLIENT="$ESRC_ROOT/bench/subscribe/client.py"
 
 ensure_deps
@@ -157,6 +163,7 @@ append_run() { # VARIANT
     local v=$1 i subs=() tps
     case $v in
     waiting)   for i in 1 2 3 4; do sql "SELECT esrc.create_subscription('idle$i', ARRAY['idle'], 1, 'end')" >/dev/null; subs+=("idle$i"); done ;;
+    woken)     for i in 1 2 3 4; do sql "SELECT esrc.create_subscription('drop$i', ARRAY['load'], 1, 'end', ARRAY['Never'])" >/dev/null; subs+=("drop$i"); done ;;
     consuming) for i in 1 2 3 4; do sql "SELECT esrc.create_subscription('load$i', ARRAY['load'], 1, 'end')" >/dev/null; subs+=("load$i"); done ;;
     esac
     local pids=()
@@ -178,12 +185,13 @@ log "append throughput: 8 clients, ${APP_SECS}s per run, $ROUNDS rounds"
 for r in $(seq 1 "$ROUNDS"); do
     append_run none
     append_run waiting
+    append_run woken
     append_run consuming
-    for v in waiting consuming; do
+    for v in waiting woken consuming; do
         ratios[$v]="${ratios[$v]:-} $(ratio "${this[$v]}" "${this[none]}")"
     done
 done
 echo "append_tps_no_subscribers ${best[none]}"
-for v in waiting consuming; do
+for v in waiting woken consuming; do
     echo "append_tps_4_subscribers_$v ${best[$v]}  $(ratio "${best[$v]}" "${best[none]}")x  median $(median "${ratios[$v]}")x  (${ratios[$v]} )"
 done
