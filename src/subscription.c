@@ -797,7 +797,9 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 	Oid			argtypes[4] = {INT8OID, INT4ARRAYOID, INT8OID, INT8ARRAYOID};
 	Datum		values[4];
 	int64	   *now_cps = palloc(sizeof(int64) * Max(nheld, 1));
+	bool	   *updated = palloc0(sizeof(bool) * Max(nheld, 1));
 	int			moved;
+	uint64		r;
 	int			i;
 
 	values[0] = Int64GetDatum(def->id);
@@ -806,14 +808,28 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 	values[3] = PointerGetDatum(int8_array(expected, nheld));
 	catalog_run(update_sql, 4, argtypes, values, NULL, SPI_OK_UPDATE_RETURNING);
 	moved = (int) SPI_processed;
+	for (r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int32		p = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+
+		for (i = 0; i < nheld; i++)
+			if (held[i] == p)
+				updated[i] = true;
+	}
 	SPI_freetuptable(SPI_tuptable);
 
-	/* what is there now (our update included) */
+	/*
+	 * A partition that had to move is ours only if this update moved it:
+	 * finding it at position is not enough, since another member that
+	 * polled the same events may have acknowledged the same position.  One
+	 * that had not to move must still be where the poll read it.
+	 */
 	read_checkpoints(def, nheld, held, now_cps);
 	*moved_by_other = false;
 	for (i = 0; i < nheld; i++)
 	{
-		bool		ours = expected[i] < position ? now_cps[i] == position
+		bool		ours = expected[i] < position ? updated[i]
 			: now_cps[i] == expected[i];
 
 		if (!ours)
@@ -824,6 +840,7 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 		}
 	}
 	pfree(now_cps);
+	pfree(updated);
 	return moved;
 }
 
