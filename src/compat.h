@@ -59,6 +59,17 @@
 #endif
 
 /*
+ * This backend's local transaction id (subscription.c keeps what a poll
+ * looked up for an ack of the same transaction): 17 moved PGPROC.lxid into
+ * PGPROC.vxid.
+ */
+#if PG_VERSION_NUM >= 170000
+#define esrc_my_lxid()		(MyProc->vxid.lxid)
+#else
+#define esrc_my_lxid()		(MyProc->lxid)
+#endif
+
+/*
  * The executor state of a single-relation write (append.c): one range
  * table entry.  16 moved permission checks into RTEPermissionInfo, which
  * ExecInitRangeTable now takes (ExecGetUpdatedCols and friends look it up,

@@ -186,7 +186,7 @@ extern void esrc_lease_shmem_request(void);
 extern void esrc_lease_shmem_init(void);
 extern int	esrc_lease_poll(const EsrcSubKey *sub, int npartitions,
 							const char *member, int lease_ms, int32 *held,
-							bool *others_over, bool *released);
+							bool *taken, bool *others_over, bool *released);
 extern int	esrc_lease_ack(const EsrcSubKey *sub, int npartitions,
 						   const char *member, int lease_ms, int32 *held,
 						   int64 *polled, int64 *covered_to);

@@ -216,14 +216,16 @@ cmp_names(const void *a, const void *b)
  * A poll of member: join or renew membership, then take and release
  * partitions of the subscription (P = npartitions) as the rules in the
  * header comment say, and renew the leases kept.  On return held[0 ..
- * result - 1] are the partitions the member holds, ascending;
+ * result - 1] are the partitions the member holds, ascending, and
+ * taken[p] (npartitions entries) says which of them it took just now;
  * *others_over is set when the member is under its share because other
  * live members hold more than theirs (they should be woken to release),
  * *released when it gave partitions up (waiting members may take them).
  */
 int
 esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
-				int lease_ms, int32 *held, bool *others_over, bool *released)
+				int lease_ms, int32 *held, bool *taken, bool *others_over,
+				bool *released)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz expires = TimestampTzPlusMilliseconds(now, lease_ms);
@@ -247,6 +249,7 @@ esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
 	require_tables();
 	*others_over = false;
 	*released = false;
+	memset(taken, 0, sizeof(bool) * npartitions);
 	names = palloc(sizeof(char *) * maxnames);
 	freeparts = palloc(sizeof(int32) * npartitions);
 
@@ -318,6 +321,7 @@ esrc_lease_poll(const EsrcSubKey *sub, int npartitions, const char *member,
 		strlcpy(l->member, member, sizeof(l->member));
 		l->polled_checkpoint = -1;
 		l->expires = expires;
+		taken[freeparts[i]] = true;
 		held[nheld++] = freeparts[i];
 	}
 	if (nheld < share)

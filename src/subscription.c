@@ -107,6 +107,7 @@ typedef struct SubDef
 	Jsonb	   *metadata;		/* NULL = no filter */
 	int			nconsumers;
 	Oid		   *consumers;
+	int64	   *checkpoints;	/* per partition, as read with the row (-1 = none) */
 } SubDef;
 
 void
@@ -316,11 +317,18 @@ text_array_to_cstrings(ArrayType *arr, int *n)
  * none.
  */
 static SubDef *
-lookup_subscription(const char *name, MemoryContext cxt)
+lookup_subscription(const char *name, MemoryContext cxt, bool with_checkpoints)
 {
-	static const char *sql =
-		"SELECT id, owner, categories, types, metadata, partitions, consumers "
+	static const char *plain_sql =
+		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL "
 		"FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1";
+	static const char *cp_sql =
+		"SELECT s.id, s.owner, s.categories, s.types, s.metadata, s.partitions, s.consumers, "
+		"x.parts, x.cps FROM esrc.subscriptions s, LATERAL ("
+		"SELECT pg_catalog.array_agg(c.partition) AS parts, pg_catalog.array_agg(c.checkpoint) AS cps "
+		"FROM esrc.subscription_checkpoints c WHERE c.subscription_id OPERATOR(pg_catalog.=) s.id) x "
+		"WHERE s.name OPERATOR(pg_catalog.=) $1";
+	const char *sql = with_checkpoints ? cp_sql : plain_sql;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
 	HeapTuple	tup;
@@ -374,6 +382,32 @@ lookup_subscription(const char *name, MemoryContext cxt)
 		def->consumers = palloc(sizeof(Oid) * Max(def->nconsumers, 1));
 		for (i = 0; i < def->nconsumers; i++)
 			def->consumers[i] = nulls[i] ? InvalidOid : DatumGetObjectId(elems[i]);
+	}
+	/* the checkpoints, read with the row: a poll's first pass needs no query */
+	def->checkpoints = palloc(sizeof(int64) * def->npartitions);
+	for (i = 0; i < def->npartitions; i++)
+		def->checkpoints[i] = -1;
+	d = SPI_getbinval(tup, desc, 8, &isnull);
+	if (!isnull)
+	{
+		Datum		cpd = SPI_getbinval(tup, desc, 9, &isnull);
+		Datum	   *parts;
+		Datum	   *cps;
+		bool	   *nulls;
+		int			nparts;
+		int			ncps;
+
+		deconstruct_array(DatumGetArrayTypeP(d), INT4OID, sizeof(int32), true,
+						  TYPALIGN_INT, &parts, &nulls, &nparts);
+		deconstruct_array(DatumGetArrayTypeP(cpd), INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+						  TYPALIGN_DOUBLE, &cps, &nulls, &ncps);
+		for (i = 0; i < nparts && i < ncps; i++)
+		{
+			int32		p = DatumGetInt32(parts[i]);
+
+			if (p >= 0 && p < def->npartitions)
+				def->checkpoints[p] = DatumGetInt64(cps[i]);
+		}
 	}
 	MemoryContextSwitchTo(old);
 	SPI_freetuptable(SPI_tuptable);
@@ -621,7 +655,7 @@ esrc_drop_subscription(PG_FUNCTION_ARGS)
 	Datum		values[1];
 
 	SPI_connect();
-	def = lookup_subscription(name, CurrentMemoryContext);
+	def = lookup_subscription(name, CurrentMemoryContext, false);
 	check_owner(def);
 	values[0] = Int64GetDatum(def->id);
 	catalog_run(sql, 1, argtypes, values, NULL, SPI_OK_DELETE);
@@ -656,7 +690,7 @@ esrc_reset_subscription(PG_FUNCTION_ARGS)
 				 errmsg("position must not be negative"),
 				 errdetail("The value given was " INT64_FORMAT ".", position)));
 	SPI_connect();
-	def = lookup_subscription(name, CurrentMemoryContext);
+	def = lookup_subscription(name, CurrentMemoryContext, false);
 	check_owner(def);
 	values[0] = Int64GetDatum(def->id);
 	values[1] = Int64GetDatum(position);
@@ -684,7 +718,7 @@ set_consumer(FunctionCallInfo fcinfo, bool grant)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("role must not be null")));
 	SPI_connect();
-	def = lookup_subscription(name, CurrentMemoryContext);
+	def = lookup_subscription(name, CurrentMemoryContext, false);
 	check_owner(def);
 	values[0] = Int64GetDatum(def->id);
 	values[1] = PG_GETARG_DATUM(1);
@@ -706,6 +740,45 @@ esrc_revoke_subscription(PG_FUNCTION_ARGS)
 {
 	set_consumer(fcinfo, false);
 	PG_RETURN_VOID();
+}
+
+/*
+ * The subscription the last poll of this transaction looked up, for an ack
+ * in the same transaction by the same role, which then needs no query to
+ * find it (the consumer pattern: poll, results, ack, commit).  Lives in a
+ * child of TopTransactionContext, so it goes with the transaction.
+ */
+static struct
+{
+	LocalTransactionId lxid;
+	Oid			userid;
+	MemoryContext cxt;
+	SubDef	   *def;
+}			last_poll;
+
+static MemoryContext
+last_poll_context(void)
+{
+	if (last_poll.lxid != esrc_my_lxid() || last_poll.cxt == NULL)
+	{
+		last_poll.cxt = AllocSetContextCreate(TopTransactionContext, "esrc last poll",
+											  ALLOCSET_SMALL_SIZES);
+		last_poll.lxid = esrc_my_lxid();
+	}
+	else
+		MemoryContextReset(last_poll.cxt);
+	last_poll.def = NULL;
+	return last_poll.cxt;
+}
+
+static SubDef *
+last_poll_def(const char *name)
+{
+	if (last_poll.lxid == esrc_my_lxid() && last_poll.cxt != NULL &&
+		last_poll.def != NULL && last_poll.userid == GetUserId() &&
+		strcmp(last_poll.def->name, name) == 0)
+		return last_poll.def;
+	return NULL;
 }
 
 /* ----------------------------------------------------------------
@@ -825,8 +898,18 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 	 * polled the same events may have acknowledged the same position.  One
 	 * that had not to move must still be where the poll read it.
 	 */
-	read_checkpoints(def, nheld, held, now_cps);
 	*moved_by_other = false;
+	/* every partition had to move and did: nothing more to check */
+	for (i = 0; i < nheld; i++)
+		if (expected[i] >= position || !updated[i])
+			break;
+	if (i == nheld)
+	{
+		pfree(now_cps);
+		pfree(updated);
+		return moved;
+	}
+	read_checkpoints(def, nheld, held, now_cps);
 	for (i = 0; i < nheld; i++)
 	{
 		bool		ours = expected[i] < position ? updated[i]
@@ -996,12 +1079,14 @@ typedef struct PollState
 	int32	   *held;			/* partitions held, ascending */
 	int			nheld;
 	bool	   *held_map;		/* per partition */
+	bool	   *taken;			/* per partition: taken by this pass */
 	int64	   *cps;			/* checkpoints of held[], as read */
 	int64	   *from;			/* per partition: scanned past, this call */
 	int64	   *table_cp;		/* per partition: checkpoint last read */
 	int			n;				/* events returned */
 	int64		covered;		/* the last pass covered up to here */
 	bool		waiting;		/* registered in subwait.c */
+	bool		first_pass;		/* def->checkpoints are fresh */
 } PollState;
 
 /*
@@ -1027,14 +1112,41 @@ poll_loop(PollState *st)
 		MemoryContextSwitchTo(st->loopcxt);
 
 		st->nheld = esrc_lease_poll(&def->key, def->npartitions, st->member,
-									subscription_lease_ms, st->held, &others_over, &released);
+									subscription_lease_ms, st->held, st->taken,
+									&others_over, &released);
 		if (released || others_over)
 			esrc_wake_subscription(&def->key);
 		if (st->nheld > 0)
 		{
 			int64		horizon;
 
-			read_checkpoints(def, st->nheld, st->held, st->cps);
+			/*
+			 * The checkpoints of partitions we kept: as read with the
+			 * subscription (first pass) or by an earlier pass; nobody else
+			 * moves them while we hold them (after our lease, another
+			 * member can, and then our ack fails with 40001).  Of a
+			 * partition we just took: from the table, now, since its last
+			 * holder may have acknowledged it after we read the
+			 * subscription.  So a pass woken by a commit runs no query.
+			 */
+			{
+				bool		need_read = false;
+
+				for (i = 0; i < st->nheld; i++)
+				{
+					p = st->held[i];
+					if (st->taken[p])
+						st->cps[i] = -1;
+					else
+						st->cps[i] = st->first_pass ? def->checkpoints[p] :
+							st->held_map[p] ? st->table_cp[p] : -1;
+					if (st->cps[i] < 0)
+						need_read = true;
+				}
+				if (need_read)
+					read_checkpoints(def, st->nheld, st->held, st->cps);
+				st->first_pass = false;
+			}
 			memset(st->held_map, 0, sizeof(bool) * def->npartitions);
 			for (i = 0; i < st->nheld; i++)
 			{
@@ -1143,18 +1255,22 @@ esrc_poll(PG_FUNCTION_ARGS)
 	check_event_rowtype(st->rsinfo);
 
 	SPI_connect();
-	st->def = lookup_subscription(subname, callcxt);
+	st->def = lookup_subscription(subname, last_poll_context(), true);
 	check_consumer(st->def);
+	last_poll.def = st->def;
+	last_poll.userid = GetUserId();
 
 	np = st->def->npartitions;
 	st->held = MemoryContextAlloc(callcxt, sizeof(int32) * np);
 	st->held_map = MemoryContextAllocZero(callcxt, sizeof(bool) * np);
+	st->taken = MemoryContextAllocZero(callcxt, sizeof(bool) * np);
 	st->cps = MemoryContextAlloc(callcxt, sizeof(int64) * np);
 	st->from = MemoryContextAlloc(callcxt, sizeof(int64) * np);
 	st->table_cp = MemoryContextAlloc(callcxt, sizeof(int64) * np);
 	memset(st->from, 0xff, sizeof(int64) * np);	/* all -1 */
 	memset(st->table_cp, 0xff, sizeof(int64) * np);
 	st->covered = -1;
+	st->first_pass = true;
 	st->loopcxt = AllocSetContextCreate(callcxt, "esrc poll", ALLOCSET_DEFAULT_SIZES);
 
 	PG_TRY();
@@ -1207,8 +1323,13 @@ esrc_ack(PG_FUNCTION_ARGS)
 				 errdetail("The value given was " INT64_FORMAT ".", PG_GETARG_INT64(2))));
 
 	SPI_connect();
-	def = lookup_subscription(subname, CurrentMemoryContext);
-	check_consumer(def);
+	/* polled in this transaction: looked up and checked then */
+	def = last_poll_def(subname);
+	if (def == NULL)
+	{
+		def = lookup_subscription(subname, CurrentMemoryContext, false);
+		check_consumer(def);
+	}
 	held = palloc(sizeof(int32) * def->npartitions);
 	polled = palloc(sizeof(int64) * def->npartitions);
 	nheld = esrc_lease_ack(&def->key, def->npartitions, member,
@@ -1290,7 +1411,7 @@ esrc_subscription_status(PG_FUNCTION_ARGS)
 
 	for (s = 0; s < nsubs; s++)
 	{
-		SubDef	   *def = lookup_subscription(names[s], callcxt);
+		SubDef	   *def = lookup_subscription(names[s], callcxt, false);
 		int			np = def->npartitions;
 		int64	   *cp = palloc(sizeof(int64) * np);
 		int64	   *behind = palloc0(sizeof(int64) * np);

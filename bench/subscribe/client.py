@@ -122,11 +122,16 @@ def _member(dsn, events, sub, member, barrier, total, starts, ends, i):
     starts[i] = time.monotonic()
     ends[i] = starts[i]
     while True:
-        with conn.transaction():
-            rows = conn.execute("SELECT * FROM esrc.poll(%s, %s, 100, %s)",
-                                (sub, member, wait)).fetchall()
-            if rows:
-                conn.execute("SELECT esrc.ack(%s, %s)", (sub, member))
+        try:
+            with conn.transaction():
+                rows = conn.execute("SELECT * FROM esrc.poll(%s, %s, 100, %s)",
+                                    (sub, member, wait)).fetchall()
+                if rows:
+                    conn.execute("SELECT esrc.ack(%s, %s)", (sub, member))
+        except psycopg.errors.SerializationFailure:
+            # another member acknowledged first (a lease passed): the batch
+            # rolled back, poll again, as every consumer does
+            continue
         if rows:
             ends[i] = time.monotonic()
             with total.get_lock():

@@ -12,7 +12,9 @@
 #    transaction per batch: poll, ack, commit) by 1 member and by 4
 #    members of a subscription with 16 partitions, from the first poll to
 #    the last commit; as a ratio to a raw scan of the same events with
-#    esrc.read_all(after, 100) by the same client.
+#    esrc.read_all(after, 100) by the same client.  Then 1 member again with
+#    synchronous_commit = off in its session (the commit of each batch no
+#    longer waits for the WAL flush, which is most of a batch's cost here).
 # 2. latency, commit -> the reader has the rows, at $BENCH_RATE (1,000)
 #    appends/s (one event per transaction, Poisson arrivals) from 8 pgbench
 #    writers for $BENCH_LAT_SECONDS (10) s per reader, one reader at a time:
@@ -113,6 +115,33 @@ for m in 1 4; do
     [ "$behind" = 0 ] || echo "  (subscription thru$m still $behind events behind)"
     sql "CHECKPOINT" >/dev/null
 done
+# The same member with synchronous_commit = off in its session: each batch's
+# commit (results and ack together) no longer waits for the WAL flush.  A
+# crash can then lose the last batches, results and checkpoints together,
+# so they are processed again: effects stay exactly once
+# (docs/subscriptions.md, "Throughput").
+# Without the client: the same work in the server, one batch of 100 per
+# turn of a PL/pgSQL loop (read_all from the last position; poll + ack +
+# COMMIT, with synchronous_commit off in that session), so no round trips
+# and no WAL flush waits: what the engine itself costs per event.
+sql "SELECT esrc.create_subscription('thru1server', partitions => 16)" >/dev/null
+t0=$(date +%s%N)
+sql "DO \$\$ DECLARE a bigint := 0; n int; BEGIN LOOP
+       SELECT max(position), count(*) INTO a, n FROM esrc.read_all(a, 100) WHERE true;
+       EXIT WHEN n = 0; END LOOP; END \$\$" >/dev/null
+t1=$(date +%s%N)
+psql -qAtX -v ON_ERROR_STOP=1 -c "SET synchronous_commit = off" -c "DO \$\$ DECLARE n int; BEGIN LOOP
+       SELECT count(*) INTO n FROM esrc.poll('thru1server', 'm', 100);
+       EXIT WHEN n = 0; PERFORM esrc.ack('thru1server', 'm'); COMMIT; END LOOP; END \$\$" >/dev/null
+t2=$(date +%s%N)
+server_scan=$(python3 -c "print('%.0f' % ($EVENTS / (($t1 - $t0) / 1e9)))")
+server_sub=$(python3 -c "print('%.0f' % ($EVENTS / (($t2 - $t1) / 1e9)))")
+echo "server_side_read_all_batch100 events_per_s $server_scan"
+echo "server_side_poll_ack_commit_batch100 events_per_s $server_sub  $(ratio "$server_sub" "$server_scan")x of the server-side scan"
+sql "SELECT esrc.create_subscription('thru1async', partitions => 16)" >/dev/null
+out=$(python3 "$CLIENT" consume "$DSN options=-csynchronous_commit=off" "$EVENTS" thru1async 1)
+echo "consume_1_member_16_partitions_async_commit $out  $(ratio "${out##* }" "$scan_eps")x of the scan"
+sql "CHECKPOINT" >/dev/null
 
 # --- 2. latency --------------------------------------------------------
 echo "SELECT esrc.append('lat-' || (random() * 100)::int, 'Tick', '{\"x\": 1}');" >"$dir/plain.sql"
