@@ -147,3 +147,15 @@ SELECT esrc.drop_subscription('all');
 SELECT count(*) FROM esrc.subscription_checkpoints c
 JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name = 'all';
 SELECT name FROM esrc.subscriptions ORDER BY name;
+
+-- a poll that returns nothing in a read-only transaction writes nothing;
+-- the next one does
+SELECT esrc.append('order-10', 'Placed', '{}');
+BEGIN READ ONLY;
+SELECT count(*) FROM esrc.poll('none', 'm1');
+COMMIT;
+SELECT c.checkpoint = esrc.safe_position() AS caught_up FROM esrc.subscription_checkpoints c
+JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name = 'none';
+SELECT count(*) FROM esrc.poll('none', 'm1');
+SELECT c.checkpoint = esrc.safe_position() AS caught_up FROM esrc.subscription_checkpoints c
+JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name = 'none';

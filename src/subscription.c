@@ -1284,7 +1284,8 @@ esrc_poll(PG_FUNCTION_ARGS)
 	PG_END_TRY();
 	MemoryContextSwitchTo(callcxt);
 
-	if (st->n == 0 && st->nheld > 0)
+	/* (a read-only transaction leaves them to the next ack) */
+	if (st->n == 0 && st->nheld > 0 && !XactReadOnly)
 		advance_idle(st);
 	SPI_finish();
 	MemoryContextDelete(st->loopcxt);

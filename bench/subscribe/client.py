@@ -115,19 +115,43 @@ def scan(dsn, events):
     print("events %d seconds %.3f events_per_s %.0f" % (got, secs, got / secs))
 
 
-def _member(dsn, events, sub, member, barrier, total, starts, ends, i):
+def _batch_plain(conn, sub, member, wait):
+    with conn.transaction():
+        rows = conn.execute("SELECT * FROM esrc.poll(%s, %s, 100, %s)",
+                            (sub, member, wait)).fetchall()
+        if rows:
+            conn.execute("SELECT esrc.ack(%s, %s)", (sub, member))
+    return rows
+
+
+def _batch_pipelined(conn, sub, member, wait):
+    # the same statements in two round trips instead of four: BEGIN with the
+    # poll, the ack with COMMIT (libpq pipeline mode)
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            rows = conn.execute("SELECT * FROM esrc.poll(%s, %s, 100, %s)",
+                                (sub, member, wait)).fetchall()
+            if rows:
+                conn.execute("SELECT esrc.ack(%s, %s)", (sub, member))
+            conn.execute("COMMIT")
+    except psycopg.Error:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+        raise
+    return rows
+
+
+def _member(dsn, events, sub, member, barrier, total, starts, ends, i, style):
     conn = connect(dsn)
     wait = datetime.timedelta(milliseconds=100)
+    batch = _batch_pipelined if style == "pipelined" else _batch_plain
     barrier.wait()
     starts[i] = time.monotonic()
     ends[i] = starts[i]
     while True:
         try:
-            with conn.transaction():
-                rows = conn.execute("SELECT * FROM esrc.poll(%s, %s, 100, %s)",
-                                    (sub, member, wait)).fetchall()
-                if rows:
-                    conn.execute("SELECT esrc.ack(%s, %s)", (sub, member))
+            rows = batch(conn, sub, member, wait)
         except psycopg.errors.SerializationFailure:
             # another member acknowledged first (a lease passed): the batch
             # rolled back, poll again, as every consumer does
@@ -140,14 +164,14 @@ def _member(dsn, events, sub, member, barrier, total, starts, ends, i):
             break
 
 
-def consume(dsn, events, sub, members):
+def consume(dsn, events, sub, members, style="plain"):
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(members)
     total = ctx.Value("q", 0)
     starts = ctx.Array("d", members)
     ends = ctx.Array("d", members)
     procs = [ctx.Process(target=_member,
-                         args=(dsn, events, sub, "m%d" % i, barrier, total, starts, ends, i))
+                         args=(dsn, events, sub, "m%d" % i, barrier, total, starts, ends, i, style))
              for i in range(members)]
     for p in procs:
         p.start()
@@ -181,7 +205,7 @@ def main(argv):
     elif mode == "scan":
         scan(dsn, int(args[0]))
     elif mode == "consume":
-        consume(dsn, int(args[0]), args[1], int(args[2]))
+        consume(dsn, int(args[0]), args[1], int(args[2]), *args[3:4])
     elif mode == "follow":
         follow(dsn, args[0], args[1])
     else:

@@ -138,6 +138,12 @@ server_scan=$(python3 -c "print('%.0f' % ($EVENTS / (($t1 - $t0) / 1e9)))")
 server_sub=$(python3 -c "print('%.0f' % ($EVENTS / (($t2 - $t1) / 1e9)))")
 echo "server_side_read_all_batch100 events_per_s $server_scan"
 echo "server_side_poll_ack_commit_batch100 events_per_s $server_sub  $(ratio "$server_sub" "$server_scan")x of the server-side scan"
+# The same member sending BEGIN with its poll and its ack with COMMIT
+# (libpq pipeline mode): two round trips per batch instead of four.
+sql "SELECT esrc.create_subscription('thru1pipe', partitions => 16)" >/dev/null
+out=$(python3 "$CLIENT" consume "$DSN" "$EVENTS" thru1pipe 1 pipelined)
+echo "consume_1_member_16_partitions_pipelined $out  $(ratio "${out##* }" "$scan_eps")x of the scan"
+sql "CHECKPOINT" >/dev/null
 sql "SELECT esrc.create_subscription('thru1async', partitions => 16)" >/dev/null
 out=$(python3 "$CLIENT" consume "$DSN options=-csynchronous_commit=off" "$EVENTS" thru1async 1)
 echo "consume_1_member_16_partitions_async_commit $out  $(ratio "${out##* }" "$scan_eps")x of the scan"
