@@ -573,6 +573,39 @@ unblock_all(void)
 	end_xact();
 }
 
+/*
+ * run_batch, where an error outside the handler (the checkpoint fence of
+ * a reset or drop that came first, a lock timeout, ...) rolls back the
+ * batch and moves on to the next projection: -1.
+ */
+static int
+run_batch_safely(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retry)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int n = 0;
+
+	PG_TRY();
+	{
+		n = run_batch(pj, desc, slot, next_retry);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		ereport(edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? LOG : WARNING,
+				(errmsg("projection \"%s\": batch rolled back: %s", pj->name, edata->message)));
+		FreeErrorData(edata);
+		n = -1;
+	}
+	PG_END_TRY();
+	return n;
+}
+
 /* One round over the projections; true if there may be more to do now. */
 static bool
 run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
@@ -593,8 +626,8 @@ run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
 			int			n;
 
 			CHECK_FOR_INTERRUPTS();
-			n = run_batch(pj, desc, slot, next_retry);
-			if (n == 0)
+			n = run_batch_safely(pj, desc, slot, next_retry);
+			if (n <= 0)
 				break;
 			pgstat_report_activity(STATE_IDLE, NULL);
 			if (b == BATCHES_PER_TURN - 1)
