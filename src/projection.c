@@ -29,6 +29,9 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
@@ -67,6 +70,21 @@ PG_FUNCTION_INFO_V1(esrc_projection_skips_immutable);
 
 static bool wake_at_commit = false;
 static bool xact_callback_set = false;
+static object_access_hook_type prev_object_access_hook = NULL;
+
+static void wake_workers_at_commit(void);
+
+/* DROP EXTENSION esrc: the database's workers are to leave at commit. */
+static void
+projection_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+						 int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access == OAT_DROP && classId == ExtensionRelationId &&
+		objectId == get_extension_oid("esrc", true))
+		wake_workers_at_commit();
+}
 
 void
 esrc_projection_init(void)
@@ -100,6 +118,8 @@ esrc_projection_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	esrc_projection_register_launcher();
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = projection_object_access;
 }
 
 /* ----------------------------------------------------------------
