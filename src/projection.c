@@ -160,8 +160,9 @@ esrc_handler_problem(Oid funcoid, bool reset)
 	else if (reset && p->pronargs != 0)
 		problem = "takes arguments";
 	else if (!reset && (p->pronargs != 1 ||
-						p->proargtypes.values[0] != esrc_event_type_oid()))
-		problem = "does not take one argument of type esrc.event";
+						(p->proargtypes.values[0] != esrc_event_type_oid() &&
+						 p->proargtypes.values[0] != get_array_type(esrc_event_type_oid()))))
+		problem = "does not take one argument of type esrc.event or esrc.event[]";
 	else if (p->prorettype != VOIDOID)
 		problem = "does not return void";
 	ReleaseSysCache(tp);
@@ -179,7 +180,7 @@ check_function(Oid funcoid, bool reset, Oid owner)
 				 errmsg(reset ? "function %s cannot be a projection reset function" :
 						"function %s cannot be a projection handler", format_procedure(funcoid)),
 				 errdetail(reset ? "A reset function has the signature () RETURNS void; this function %s." :
-						   "A handler has the signature (event esrc.event) RETURNS void; this function %s.",
+						   "A handler has the signature (event esrc.event) RETURNS void, or (events esrc.event[]) RETURNS void for batches; this function %s.",
 						   problem)));
 	if (esrc_proc_aclcheck(funcoid, owner, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,

@@ -80,6 +80,7 @@ typedef struct Proj
 	char	   *name;
 	Oid			owner;
 	Oid			handler;		/* InvalidOid: not found */
+	bool		batch;			/* handler takes esrc.event[] */
 	int			batch_size;
 	bool		paused;
 	int64		subid;
@@ -99,6 +100,8 @@ static char member[ESRC_MAX_MEMBER_NAME + 1];
 static bool handlers_changed = false;
 static EsrcSubKey *held_keys = NULL;	/* subscriptions we may hold leases of */
 static int	nheld_keys = 0;
+
+static Oid	handler_argtype(Oid funcoid);
 
 static void
 proc_changed(Datum arg, int cacheid, uint32 hashvalue)
@@ -185,6 +188,9 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq)
 		pj->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
 		d = SPI_getbinval(tup, desc, 4, &isnull);
 		pj->handler = isnull ? InvalidOid : DatumGetObjectId(d);
+		pj->batch = OidIsValid(pj->handler) &&
+			get_func_nargs(pj->handler) == 1 &&
+			get_array_type(esrc_event_type_oid()) == handler_argtype(pj->handler);
 		pj->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
 		pj->paused = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 		pj->subid = DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
@@ -214,6 +220,18 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq)
 	/* before the round's checks: a commit after this sets our latch */
 	esrc_wait_register(&key, hashes, nhashes, all);
 	return projs;
+}
+
+static Oid
+handler_argtype(Oid funcoid)
+{
+	Oid		   *argtypes;
+	int			nargs;
+	Oid			result;
+
+	result = get_func_signature(funcoid, &argtypes, &nargs);
+	(void) result;
+	return nargs == 1 ? argtypes[0] : InvalidOid;
 }
 
 static void
@@ -349,12 +367,17 @@ typedef struct Applied
 /*
  * Call the handler on the first limit events of ts, in a subtransaction.
  * On success the subtransaction is kept; on an error it is rolled back
- * and a->failed says where.
+ * and a->failed says where (-2: somewhere in a whole batch).  A batch
+ * handler (esrc.event[]) gets them in one call when whole, else in arrays
+ * of one event, which tells which event fails.
  */
 static bool
 apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
-			 int limit, Applied *a)
+			 int limit, bool whole, Applied *a)
 {
+	Oid			event_typid = esrc_event_type_oid();
+	Datum	   *batch = NULL;
+	int			nbatch = 0;
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	MemoryContext evcxt = AllocSetContextCreate(cxt, "esrc projection event", ALLOCSET_DEFAULT_SIZES);
@@ -382,6 +405,9 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 					 errmsg("permission denied for function %s", format_procedure(pj->handler)),
 					 errdetail("The owner of projection \"%s\" runs it.", pj->name)));
 		fmgr_info(pj->handler, &flinfo);
+		whole = whole && pj->batch;
+		if (whole)
+			batch = MemoryContextAlloc(evcxt, sizeof(Datum) * Max(limit, 1));
 		for (i = 0; i < limit; i++)
 		{
 			text	   *stream;
@@ -394,12 +420,32 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 			part = stream_partition(VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream),
 									def->npartitions);
 			MemoryContextSwitchTo(evcxt);
-			esrc_call_as_owner(pj->owner, &flinfo, 1, ExecFetchSlotHeapTupleDatum(slot));
+			if (whole)
+				batch[nbatch++] = ExecFetchSlotHeapTupleDatum(slot);
+			else
+			{
+				Datum		ev = ExecFetchSlotHeapTupleDatum(slot);
+
+				if (pj->batch)
+					ev = PointerGetDatum(construct_array(&ev, 1, event_typid, -1, false,
+														 TYPALIGN_DOUBLE));
+				esrc_call_as_owner(pj->owner, &flinfo, 1, ev);
+				MemoryContextReset(evcxt);
+				CommandCounterIncrement();
+			}
 			MemoryContextSwitchTo(cxt);
-			MemoryContextReset(evcxt);
-			CommandCounterIncrement();
 			a->counts[part]++;
 			a->last_position = pos;
+		}
+		if (whole)
+		{
+			i = -2;				/* an error now: somewhere in the batch */
+			MemoryContextSwitchTo(evcxt);
+			esrc_call_as_owner(pj->owner, &flinfo, 1,
+							   PointerGetDatum(construct_array(batch, nbatch, event_typid,
+															   -1, false, TYPALIGN_DOUBLE)));
+			MemoryContextSwitchTo(cxt);
+			CommandCounterIncrement();
 		}
 		ReleaseCurrentSubTransaction();
 	}
@@ -456,7 +502,7 @@ retry_partition(Proj *pj, SubDef *def, Failures *f, int32 p, TupleDesc desc,
 		return true;
 	}
 	a.counts = palloc0(sizeof(int64) * def->npartitions);
-	if (apply_events(pj, def, ts, slot, 1, &a))
+	if (apply_events(pj, def, ts, slot, 1, false, &a))
 	{
 		esrc_sub_advance(def, member, &b, b.fetched, pos);
 		add_applied(pj, def->npartitions, a.counts);
@@ -532,8 +578,16 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 		int64		fpos = -1;
 		int32		fpart = -1;
 
-		while (!apply_events(pj, def, ts, slot, limit, &a))
+		bool		whole = true;
+
+		while (!apply_events(pj, def, ts, slot, limit, whole, &a))
 		{
+			if (a.failed == -2)
+			{
+				/* a batch handler failed: find the event, one at a time */
+				whole = false;
+				continue;
+			}
 			/* the earliest failing event yet; apply what comes before it */
 			fedata = a.error;
 			fpos = a.failed_position;
