@@ -136,3 +136,32 @@ CREATE FUNCTION proj.caught_up(names text[]) RETURNS boolean
 LANGUAGE sql AS $$
     SELECT count(*) > 0 AND bool_and(caught_up) FROM esrc.projection_status WHERE projection = ANY (names)
 $$;
+
+-- esrc.projection_status sampled every 100 ms by CALL proj.sample_status()
+-- until a row is put in proj.sampler_stop
+CREATE TABLE proj.status_samples (
+    sample     int NOT NULL,
+    at         timestamptz NOT NULL,
+    projection text NOT NULL,
+    partition  int NOT NULL,
+    state      text,
+    worker     text,
+    attempts   int,
+    blocked_position bigint
+);
+CREATE TABLE proj.sampler_stop (stop bool);
+CREATE PROCEDURE proj.sample_status() LANGUAGE plpgsql AS $$
+DECLARE
+    n int := 0;
+BEGIN
+    LOOP
+        n := n + 1;
+        INSERT INTO proj.status_samples
+        SELECT n, clock_timestamp(), projection, partition, state, worker, attempts, blocked_position
+        FROM esrc.projection_status;
+        COMMIT;
+        EXIT WHEN EXISTS (SELECT FROM proj.sampler_stop);
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END
+$$;
