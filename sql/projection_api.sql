@@ -342,6 +342,12 @@ BEGIN
                                    current_user, current_setting('search_path'));
 END
 $$;
+CREATE FUNCTION pj.r_alice() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pj.resets VALUES ('alice', current_user);
+END
+$$;
+GRANT INSERT ON pj.resets TO pj_alice;
 CREATE FUNCTION pj.h_private(e esrc.event) RETURNS void LANGUAGE sql AS '';
 REVOKE EXECUTE ON FUNCTION pj.h_private(esrc.event) FROM PUBLIC;
 -- without esrc_subscriber, or esrc_reader, or EXECUTE on the handler: no
@@ -366,8 +372,9 @@ RESET ROLE;
 SELECT name FROM esrc.projections ORDER BY name;
 -- alice's projection: the handler runs as alice
 SET ROLE pj_alice;
-SELECT esrc.create_projection('alice', 'pj.h_alice(esrc.event)', ARRAY['ali']) > 0 AS created;
-SELECT name, owner, handler FROM esrc.projections WHERE name = 'alice';
+SELECT esrc.create_projection('alice', 'pj.h_alice(esrc.event)', ARRAY['ali'],
+                              reset_function => 'pj.r_alice()') > 0 AS created;
+SELECT name, owner, handler, reset_function FROM esrc.projections WHERE name = 'alice';
 RESET ROLE;
 SELECT esrc.append('ali-1', 'Hi', '{}');
 SELECT pj.wait_caught_up('alice', 1);
@@ -402,6 +409,9 @@ SELECT esrc.projection_pause('alice');
 SELECT esrc.projection_resume('alice');
 RESET ROLE;
 SELECT esrc.projection_pause('alice');
+-- the reset function runs as the owner, whoever calls reset_projection
+SELECT esrc.reset_projection('alice');
+SELECT * FROM pj.resets WHERE projection = 'alice';
 SELECT esrc.drop_projection('alice');
 
 -- a projection's handler survives nothing but its projection: dropping

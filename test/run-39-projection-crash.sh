@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Projections across crashes (issue 15).  The projections user_names and
 # name_letters of test/run-37 (4 partitions each, esrc.projection_workers =
-# 2), with slow handlers (every 10th event sleeps 50 ms: a batch of 100
-# takes about half a second, so that a crash catches one in flight), under
+# 2), with slow handlers (every 20th event sleeps 50 ms: a batch of 100
+# takes a quarter of a second or more, so that a crash catches one in flight), under
 # pgbench writers (test/projstress/writers.pgbench).  Three rounds, each
 # with a worker caught mid-batch (in pg_sleep inside the handler, its
 # transaction holding an xid: effects written, not committed):
@@ -51,7 +51,7 @@ q() { psql -qAtX -v ON_ERROR_STOP=1 "$@"; }
 psql -qX -v ON_ERROR_STOP=1 -v break=$brk -v psql="$PG_BINDIR/psql" \
     -f "$ESRC_ROOT/test/projstress/setup.sql" >/dev/null
 psql -qX -v ON_ERROR_STOP=1 -f "$ESRC_ROOT/test/projstress/check.sql" >/dev/null
-q -c "UPDATE proj.knobs SET sleep_every = 10, sleep_s = 0.05"
+q -c "UPDATE proj.knobs SET sleep_every = 20, sleep_s = 0.05"
 q -c "SELECT esrc.create_projection('user_names', 'security.user_names_v1(esrc.event)', ARRAY['user'],
                                     partitions => 4, reset_function => 'security.user_names_reset()')" >/dev/null
 q -c "SELECT esrc.create_projection('name_letters', 'security.name_letters_h(esrc.event)', ARRAY['user'],
@@ -99,7 +99,8 @@ aborted=()
 
 crash() {   # crash 1|2|3
     local pm children c i pid xid
-    read -r pid xid < <(wait_mid_batch)
+    read -r pid xid < <(wait_mid_batch) || true
+    [ -n "${xid:-}" ] || die "round $1: no worker was caught in the middle of a batch"
     case $1 in
         1)
             log "round 1: kill -9 of projection worker $pid (transaction $xid mid-batch)"
