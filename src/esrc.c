@@ -25,6 +25,7 @@
 #include "utils/memutils.h"
 
 #include "esrc.h"
+#include "projection.h"
 
 PG_MODULE_MAGIC;
 
@@ -70,6 +71,9 @@ _PG_init(void)
 	/* subscriptions: leases and waits (sizes shared memory) */
 	esrc_subscription_init();
 
+	/* projections: settings, the launcher of their workers */
+	esrc_projection_init();
+
 	MarkGUCPrefixReserved("esrc");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -89,7 +93,8 @@ esrc_shmem_size(void)
 static Size
 esrc_shmem_extra_size(void)
 {
-	return add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size());
+	return add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
+					esrc_projection_shmem_size());
 }
 
 static void
@@ -120,6 +125,7 @@ esrc_shmem_startup(void)
 	esrc_order_shmem_init(found);
 	esrc_wait_shmem_init();
 	esrc_lease_shmem_init();
+	esrc_projection_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

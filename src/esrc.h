@@ -196,8 +196,9 @@ extern void esrc_lease_record(const EsrcSubKey *sub, const char *member,
 extern void esrc_lease_holders(const EsrcSubKey *sub, int npartitions,
 							   char **members, TimestampTz *expires);
 extern void esrc_lease_forget(const EsrcSubKey *sub);
+extern void esrc_lease_leave(const EsrcSubKey *sub, const char *member);
 
-/* subscription.c: the subscriptions' GUCs */
+/* subcatalog.c: the subscriptions' GUCs */
 extern void esrc_subscription_init(void);
 
 /*

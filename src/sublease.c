@@ -478,3 +478,26 @@ esrc_lease_forget(const EsrcSubKey *sub)
 			(void) hash_search(member_table, &m->key, HASH_REMOVE, NULL);
 	LWLockRelease(lease_lock);
 }
+
+/*
+ * A member leaves the group at once (a projection worker that stops):
+ * its entry and its leases go, and the other members may take the
+ * partitions at their next poll instead of after the lease.
+ */
+void
+esrc_lease_leave(const EsrcSubKey *sub, const char *member)
+{
+	HASH_SEQ_STATUS status;
+	MemberKey	mkey;
+	Lease	   *l;
+
+	require_tables();
+	LWLockAcquire(lease_lock, LW_EXCLUSIVE);
+	member_key(&mkey, sub, member);
+	(void) hash_search(member_table, &mkey, HASH_REMOVE, NULL);
+	hash_seq_init(&status, lease_table);
+	while ((l = hash_seq_search(&status)) != NULL)
+		if (same_sub(&l->key.sub, sub) && strcmp(l->member, member) == 0)
+			(void) hash_search(lease_table, &l->key, HASH_REMOVE, NULL);
+	LWLockRelease(lease_lock);
+}

@@ -9,6 +9,9 @@
  * A waiting poll registers what it waits for (its database, its
  * subscription, and the hashes of the categories it reads, or "all") in
  * its backend's entry, then checks for events, then sleeps on its latch.
+ * A projection worker, which serves several subscriptions, registers
+ * subscription id 0 (every subscription of its database) and the union of
+ * their categories.
  * A transaction that appended calls esrc_wake_subscribers() from order.c's
  * commit and abort callback, after it has cleared its in-flight slot, and
  * sets the latch of every registered poll of its database that reads one
@@ -176,7 +179,8 @@ concerns(Waiter *w, Oid dbid, const EsrcSubKey *sub, const uint64 *hashes,
 	if (w->sub.dbid == dbid)
 	{
 		if (sub != NULL)
-			result = w->sub.id == sub->id && w->sub.catalog == sub->catalog;
+			result = (w->sub.id == sub->id || w->sub.id == 0) &&
+				w->sub.catalog == sub->catalog;
 		else if (any || w->all)
 			result = true;
 		else

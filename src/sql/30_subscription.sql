@@ -54,6 +54,7 @@ CREATE TABLE esrc.subscriptions (
     metadata    jsonb,
     partitions  integer     NOT NULL CHECK (partitions BETWEEN 1 AND 1024),
     consumers   regrole[]   NOT NULL DEFAULT '{}',
+    projection  boolean     NOT NULL DEFAULT false,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
     CONSTRAINT subscriptions_name_key UNIQUE (name)
@@ -65,6 +66,7 @@ COMMENT ON COLUMN esrc.subscriptions.categories IS 'Categories followed; null = 
 COMMENT ON COLUMN esrc.subscriptions.types IS 'Event types delivered; null = all.  Other events still advance the checkpoints.';
 COMMENT ON COLUMN esrc.subscriptions.metadata IS 'Only events whose metadata @> this are delivered; null = no filter.';
 COMMENT ON COLUMN esrc.subscriptions.consumers IS 'Roles besides the owner that may poll and ack (esrc.grant_subscription).';
+COMMENT ON COLUMN esrc.subscriptions.projection IS 'The subscription of a projection (named projection:<name>), polled by its workers only.';
 
 CREATE TABLE esrc.subscription_checkpoints (
     subscription_id bigint  NOT NULL REFERENCES esrc.subscriptions (id) ON DELETE CASCADE,

@@ -1,0 +1,46 @@
+/*-------------------------------------------------------------------------
+ *
+ * projection.h
+ *	  Private interface of projections: the settings, the launcher and
+ *	  worker entry points (projlauncher.c, projworker.c), the wake-up of a
+ *	  database's workers, and the handler context shared by the worker and
+ *	  reset_projection (projection.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ESRC_PROJECTION_H
+#define ESRC_PROJECTION_H
+
+#include "fmgr.h"
+
+/* settings (projection.c) */
+extern int	esrc_projection_workers;
+extern int	esrc_projection_max_attempts;
+extern int	esrc_projection_retry_delay_ms;
+extern int	esrc_projection_retry_max_delay_ms;
+
+/* the search_path handlers run with */
+#define PROJECTION_SEARCH_PATH	"pg_catalog, pg_temp"
+
+/* projlauncher.c */
+extern Size esrc_projection_shmem_size(void);
+extern void esrc_projection_shmem_init(void);
+extern void esrc_projection_register_launcher(void);
+extern void esrc_projection_wake(Oid dbid);
+extern PGDLLEXPORT void esrc_projection_launcher_main(Datum arg);
+/* a worker: its slot, what it does at exit */
+extern void esrc_projection_worker_attach(int slot, Oid *dbid, int *number);
+extern uint64 esrc_projection_wake_seq(void);
+extern void esrc_projection_worker_exit_idle(uint64 checked_seq);	/* does not return */
+
+/* projworker.c */
+extern PGDLLEXPORT void esrc_projection_worker_main(Datum arg);
+
+/* projection.c */
+extern void esrc_projection_init(void);
+extern Oid	esrc_lookup_function(const char *identity);
+extern Oid	esrc_event_type_oid(void);
+extern const char *esrc_handler_problem(Oid funcoid, bool reset);
+extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);
+
+#endif							/* ESRC_PROJECTION_H */

@@ -1,0 +1,705 @@
+/*-------------------------------------------------------------------------
+ *
+ * projworker.c
+ *	  A projection worker: a background worker of one database that runs
+ *	  the handlers of its projections over the log, exactly once.
+ *
+ * Worker N is member "worker N" of the subscription of every projection
+ * of its database, so the partitions of each projection are spread over
+ * the database's workers by the leases of sublease.c, and per-stream
+ * order holds.  A round: read the projections; for each one not paused,
+ * run batches.  A batch is one transaction: esrc_sub_fetch the events of
+ * the worker's partitions after their checkpoints (at most batch_size, up
+ * to the categories' horizon), call the handler on each in position
+ * order in a subtransaction, then move the checkpoints and the applied
+ * counters in the same transaction and commit; so a crash anywhere
+ * leaves either the whole batch and its checkpoint or neither.  The
+ * worker commits with synchronous_commit off: a commit lost in a crash
+ * loses its checkpoint with its effects, and the batch runs again.
+ *
+ * Failures (per partition): when the handler fails at event k, the
+ * subtransaction rolls back, events before k are applied again and
+ * committed, and the partition of event k records the failure (attempts,
+ * error, retry_at).  Its events are then left out of batches; when
+ * retry_at comes the event is tried alone, with a delay that doubles up to
+ * esrc.projection_retry_max_delay; after esrc.projection_max_attempts
+ * failures the partition is blocked until esrc.projection_skip,
+ * esrc.projection_resume or a change of any function (a pg_proc
+ * invalidation: the handler may have been fixed) retries it.  The other
+ * partitions go on.
+ *
+ * Idle, the worker sleeps on its latch, registered (subwait.c) for the
+ * union of its projections' categories: a commit that appends to one of
+ * them wakes it, as it wakes a long poll; sessions that change
+ * projections wake it too (projlauncher.c).  It wakes at least every
+ * third of esrc.subscription_lease to keep its leases.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/typcache.h"
+
+#include "esrc.h"
+#include "compat.h"
+#include "projection.h"
+#include "subscription.h"
+
+/* batches of one projection before the worker turns to the next */
+#define BATCHES_PER_TURN	20
+
+typedef struct Proj
+{
+	int64		id;
+	char	   *name;
+	Oid			owner;
+	Oid			handler;		/* InvalidOid: not found */
+	int			batch_size;
+	bool		paused;
+	int64		subid;
+} Proj;
+
+/* per partition, as esrc.projection_partitions says */
+typedef struct Failures
+{
+	int64	   *position;		/* -1: none */
+	bool	   *blocked;
+	int		   *attempts;
+	TimestampTz *retry_at;
+	char	  **error;
+} Failures;
+
+static char member[ESRC_MAX_MEMBER_NAME + 1];
+static bool handlers_changed = false;
+static EsrcSubKey *held_keys = NULL;	/* subscriptions we may hold leases of */
+static int	nheld_keys = 0;
+
+static void
+proc_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	handlers_changed = true;
+}
+
+/* Leave every group at exit, so the other workers take our partitions now. */
+static void
+leave_groups(int code, Datum arg)
+{
+	int			i;
+
+	for (i = 0; i < nheld_keys; i++)
+		esrc_lease_leave(&held_keys[i], member);
+}
+
+static void
+begin_xact(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+static void
+end_xact(void)
+{
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+}
+
+/*
+ * The projections of the database, in cxt; exits (idle) when there is no
+ * esrc or no projection.  Registers the wait for their categories.
+ */
+static Proj *
+load_projections(MemoryContext cxt, int *nprojs, uint64 seq)
+{
+	static const char *sql =
+		"SELECT p.id, p.name, p.owner, pg_catalog.to_regprocedure(p.handler), p.batch_size, "
+		"p.paused, p.subscription_id, s.categories FROM esrc.projections p "
+		"JOIN esrc.subscriptions s ON s.id OPERATOR(pg_catalog.=) p.subscription_id ORDER BY p.id";
+	Proj	   *projs;
+	uint64		hashes[ESRC_WAIT_CATEGORIES];
+	int			nhashes = 0;
+	bool		all = false;
+	uint64		r;
+	EsrcSubKey	key;
+
+	begin_xact();
+	if (!OidIsValid(get_extension_oid("esrc", true)))
+	{
+		end_xact();
+		esrc_projection_worker_exit_idle(seq);
+	}
+	catalog_run(sql, 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	*nprojs = (int) SPI_processed;
+	if (*nprojs == 0)
+	{
+		end_xact();
+		esrc_projection_worker_exit_idle(seq);
+	}
+	key.dbid = MyDatabaseId;
+	key.catalog = esrc_relation_oid("subscriptions");
+	key.id = 0;
+	projs = MemoryContextAllocZero(cxt, sizeof(Proj) * *nprojs);
+	if (held_keys != NULL)
+		pfree(held_keys);
+	held_keys = MemoryContextAlloc(TopMemoryContext, sizeof(EsrcSubKey) * *nprojs);
+	nheld_keys = 0;
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Proj	   *pj = &projs[r];
+		bool		isnull;
+		Datum		d;
+
+		pj->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		pj->name = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
+		pj->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		d = SPI_getbinval(tup, desc, 4, &isnull);
+		pj->handler = isnull ? InvalidOid : DatumGetObjectId(d);
+		pj->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		pj->paused = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		pj->subid = DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
+		held_keys[nheld_keys] = key;
+		held_keys[nheld_keys++].id = pj->subid;
+		d = SPI_getbinval(tup, desc, 8, &isnull);
+		if (isnull)
+			all = true;
+		else if (!all)
+		{
+			int			n;
+			char	  **cats = text_array_to_cstrings(DatumGetArrayTypeP(d), &n);
+			int			i;
+
+			for (i = 0; i < n; i++)
+			{
+				if (nhashes == ESRC_WAIT_CATEGORIES)
+				{
+					all = true;
+					break;
+				}
+				hashes[nhashes++] = esrc_category_hash(cats[i], strlen(cats[i]));
+			}
+		}
+	}
+	end_xact();
+	/* before the round's checks: a commit after this sets our latch */
+	esrc_wait_register(&key, hashes, nhashes, all);
+	return projs;
+}
+
+static void
+read_failures(Proj *pj, int np, Failures *f)
+{
+	static const char *sql =
+		"SELECT partition, failed_position, blocked, attempts, retry_at, last_error "
+		"FROM esrc.projection_partitions WHERE projection_id OPERATOR(pg_catalog.=) $1 "
+		"AND failed_position IS NOT NULL";
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1];
+	uint64		r;
+	int			p;
+
+	f->position = palloc(sizeof(int64) * np);
+	f->blocked = palloc0(sizeof(bool) * np);
+	f->attempts = palloc0(sizeof(int) * np);
+	f->retry_at = palloc0(sizeof(TimestampTz) * np);
+	f->error = palloc0(sizeof(char *) * np);
+	for (p = 0; p < np; p++)
+		f->position[p] = -1;
+	values[0] = Int64GetDatum(pj->id);
+	catalog_run(sql, 1, argtypes, values, NULL, SPI_OK_SELECT);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d;
+
+		p = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		if (p < 0 || p >= np)
+			continue;
+		f->position[p] = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		f->blocked[p] = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+		f->attempts[p] = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+		d = SPI_getbinval(tup, desc, 5, &isnull);
+		f->retry_at[p] = isnull ? 0 : DatumGetTimestampTz(d);
+		f->error[p] = SPI_getvalue(tup, desc, 6);
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/* The failure of partition p at position: attempts so far, the error. */
+static void
+record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata)
+{
+	static const char *sql =
+		"UPDATE esrc.projection_partitions SET attempts = $3, failed_position = $4, "
+		"blocked = $5, last_error = $6, last_error_sqlstate = $7, "
+		"last_error_at = pg_catalog.now(), "
+		"retry_at = pg_catalog.now() OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $8) "
+		"WHERE projection_id OPERATOR(pg_catalog.=) $1 AND partition OPERATOR(pg_catalog.=) $2";
+	Oid			argtypes[8] = {INT8OID, INT4OID, INT4OID, INT8OID, BOOLOID, TEXTOID, TEXTOID, FLOAT8OID};
+	Datum		values[8];
+	bool		blocked = attempts >= esrc_projection_max_attempts;
+	double		delay = esrc_projection_retry_delay_ms;
+	int			i;
+
+	for (i = 1; i < attempts && delay < esrc_projection_retry_max_delay_ms; i++)
+		delay *= 2;
+	delay = Min(delay, (double) esrc_projection_retry_max_delay_ms);
+	values[0] = Int64GetDatum(pj->id);
+	values[1] = Int32GetDatum(p);
+	values[2] = Int32GetDatum(attempts);
+	values[3] = Int64GetDatum(position);
+	values[4] = BoolGetDatum(blocked);
+	values[5] = CStringGetTextDatum(edata->message ? edata->message : "(no message)");
+	values[6] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
+	values[7] = Float8GetDatum(delay / 1000.0);
+	catalog_run(sql, 8, argtypes, values, NULL, SPI_OK_UPDATE);
+	ereport(LOG,
+			(errmsg("projection \"%s\": handler failed at position " INT64_FORMAT " (partition %d, attempt %d)%s: %s",
+					pj->name, position, p, attempts,
+					blocked ? ", partition blocked" : "",
+					edata->message ? edata->message : "")));
+}
+
+static void
+clear_failure(Proj *pj, int32 p)
+{
+	static const char *sql =
+		"UPDATE esrc.projection_partitions SET failed_position = NULL, blocked = false, "
+		"attempts = 0, retry_at = NULL "
+		"WHERE projection_id OPERATOR(pg_catalog.=) $1 AND partition OPERATOR(pg_catalog.=) $2";
+	Oid			argtypes[2] = {INT8OID, INT4OID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(pj->id);
+	values[1] = Int32GetDatum(p);
+	catalog_run(sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
+}
+
+static void
+add_applied(Proj *pj, int np, const int64 *counts)
+{
+	static const char *sql =
+		"UPDATE esrc.projection_partitions AS pp SET applied = pp.applied OPERATOR(pg_catalog.+) x.n "
+		"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS x(p, n) "
+		"WHERE pp.projection_id OPERATOR(pg_catalog.=) $1 AND pp.partition OPERATOR(pg_catalog.=) x.p";
+	Oid			argtypes[3] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID};
+	Datum		values[3];
+	int32	   *parts = palloc(sizeof(int32) * np);
+	int64	   *ns = palloc(sizeof(int64) * np);
+	int			n = 0;
+	int			p;
+
+	for (p = 0; p < np; p++)
+		if (counts[p] > 0)
+		{
+			parts[n] = p;
+			ns[n++] = counts[p];
+		}
+	if (n == 0)
+		return;
+	values[0] = Int64GetDatum(pj->id);
+	values[1] = PointerGetDatum(int4_array(parts, n));
+	values[2] = PointerGetDatum(int8_array(ns, n));
+	catalog_run(sql, 3, argtypes, values, NULL, SPI_OK_UPDATE);
+}
+
+/* One event of a batch, as read back from the tuplestore */
+typedef struct Applied
+{
+	int			failed;			/* index of the failing event, -1 = none */
+	int64		failed_position;
+	int32		failed_partition;
+	ErrorData  *error;
+	int64		last_position;	/* of the events applied */
+	int64	   *counts;			/* per partition */
+} Applied;
+
+/*
+ * Call the handler on the first limit events of ts, in a subtransaction.
+ * On success the subtransaction is kept; on an error it is rolled back
+ * and a->failed says where.
+ */
+static bool
+apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
+			 int limit, Applied *a)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	MemoryContext evcxt = AllocSetContextCreate(cxt, "esrc projection event", ALLOCSET_DEFAULT_SIZES);
+	volatile int i = 0;
+	volatile int64 pos = -1;
+	volatile int32 part = -1;
+	bool		ok = true;
+	FmgrInfo	flinfo;
+
+	memset(a->counts, 0, sizeof(int64) * def->npartitions);
+	a->failed = -1;
+	a->last_position = -1;
+	tuplestore_rescan(ts);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		if (!OidIsValid(pj->handler))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("the handler of projection \"%s\" does not exist", pj->name)));
+		if (esrc_proc_aclcheck(pj->handler, pj->owner, ACL_EXECUTE) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for function %s", format_procedure(pj->handler)),
+					 errdetail("The owner of projection \"%s\" runs it.", pj->name)));
+		fmgr_info(pj->handler, &flinfo);
+		for (i = 0; i < limit; i++)
+		{
+			text	   *stream;
+			bool		isnull;
+
+			if (!tuplestore_gettupleslot(ts, true, false, slot))
+				break;
+			pos = DatumGetInt64(slot_getattr(slot, Anum_events_position, &isnull));
+			stream = DatumGetTextPP(slot_getattr(slot, Anum_events_stream, &isnull));
+			part = stream_partition(VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream),
+									def->npartitions);
+			MemoryContextSwitchTo(evcxt);
+			esrc_call_as_owner(pj->owner, &flinfo, 1, ExecFetchSlotHeapTupleDatum(slot));
+			MemoryContextSwitchTo(cxt);
+			MemoryContextReset(evcxt);
+			CommandCounterIncrement();
+			a->counts[part]++;
+			a->last_position = pos;
+		}
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		a->error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		a->failed = i;
+		a->failed_position = pos;
+		a->failed_partition = part;
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	MemoryContextDelete(evcxt);
+	/* SPI_connect of the batch survives; the subtransaction's went with it */
+	return ok;
+}
+
+static Tuplestorestate *
+new_store(void)
+{
+	return tuplestore_begin_heap(true, false, work_mem);
+}
+
+/*
+ * Retry the failing event of partition p alone, if this worker holds p.
+ * Returns true if it did something.
+ */
+static bool
+retry_partition(Proj *pj, SubDef *def, Failures *f, int32 p, TupleDesc desc,
+				TupleTableSlot *slot)
+{
+	Tuplestorestate *ts = new_store();
+	bool	   *skip = palloc(sizeof(bool) * def->npartitions);
+	EsrcSubBatch b;
+	Applied		a;
+	int64		pos;
+	bool		isnull;
+
+	memset(skip, 1, sizeof(bool) * def->npartitions);
+	skip[p] = false;
+	esrc_sub_fetch(def, member, skip, 1, ts, desc, &b);
+	if (!b.fetched[p])
+		return false;			/* another worker holds it */
+	if (b.n == 0 || !tuplestore_gettupleslot(ts, true, false, slot) ||
+		(pos = DatumGetInt64(slot_getattr(slot, Anum_events_position, &isnull))) != f->position[p])
+	{
+		/* skipped or reset meanwhile: the failure is over */
+		clear_failure(pj, p);
+		return true;
+	}
+	a.counts = palloc0(sizeof(int64) * def->npartitions);
+	if (apply_events(pj, def, ts, slot, 1, &a))
+	{
+		esrc_sub_advance(def, member, &b, b.fetched, pos);
+		add_applied(pj, def->npartitions, a.counts);
+		clear_failure(pj, p);
+	}
+	else
+		record_failure(pj, p, pos, f->attempts[p] + 1, a.error);
+	return true;
+}
+
+/*
+ * One batch of projection pj in its own transaction.  Returns the number
+ * of events it applied or retried (0: nothing to do); *next_retry gets
+ * the earliest retry time of a failing partition.
+ */
+static int
+run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retry)
+{
+	SubDef	   *def;
+	Failures	f;
+	bool	   *skip;
+	Tuplestorestate *ts;
+	EsrcSubBatch b;
+	Applied		a;
+	TimestampTz now = GetCurrentTimestamp();
+	int			np;
+	int			p;
+	int			limit;
+
+	begin_xact();
+	def = esrc_sub_lookup_id(pj->subid, CurrentMemoryContext);
+	if (def == NULL)
+	{
+		end_xact();				/* dropped */
+		return 0;
+	}
+	np = def->npartitions;
+	read_failures(pj, np, &f);
+	skip = palloc0(sizeof(bool) * np);
+	for (p = 0; p < np; p++)
+	{
+		if (f.position[p] < 0)
+			continue;
+		skip[p] = true;
+		if (f.blocked[p])
+			continue;
+		if (f.retry_at[p] <= now)
+		{
+			if (retry_partition(pj, def, &f, p, desc, slot))
+			{
+				end_xact();
+				return 1;
+			}
+		}
+		else if (*next_retry == 0 || f.retry_at[p] < *next_retry)
+			*next_retry = f.retry_at[p];
+	}
+
+	ts = new_store();
+	esrc_sub_fetch(def, member, skip, pj->batch_size, ts, desc, &b);
+	if (b.n == 0)
+	{
+		/* moved past events of partitions not ours, or of none */
+		if (b.covered > b.lo)
+			esrc_sub_advance(def, member, &b, b.fetched, b.covered);
+		end_xact();
+		return 0;
+	}
+	a.counts = palloc0(sizeof(int64) * np);
+	limit = b.n;
+	{
+		ErrorData  *fedata = NULL;
+		int64		fpos = -1;
+		int32		fpart = -1;
+
+		while (!apply_events(pj, def, ts, slot, limit, &a))
+		{
+			/* the earliest failing event yet; apply what comes before it */
+			fedata = a.error;
+			fpos = a.failed_position;
+			fpart = a.failed_partition;
+			limit = a.failed;
+			if (limit == 0)
+			{
+				memset(a.counts, 0, sizeof(int64) * np);
+				break;
+			}
+		}
+		if (fedata == NULL)
+		{
+			esrc_sub_advance(def, member, &b, b.fetched, b.covered);
+			add_applied(pj, np, a.counts);
+			end_xact();
+			return b.n;
+		}
+		esrc_sub_advance(def, member, &b, b.fetched, fpos - 1);
+		add_applied(pj, np, a.counts);
+		record_failure(pj, fpart, fpos, 1, fedata);
+		end_xact();
+		return Max(limit, 1);
+	}
+}
+
+/* A handler may have been fixed: every blocked partition tries once more. */
+static void
+unblock_all(void)
+{
+	static const char *sql =
+		"UPDATE esrc.projection_partitions SET blocked = false, retry_at = pg_catalog.now() "
+		"WHERE blocked";
+
+	begin_xact();
+	catalog_run(sql, 0, NULL, NULL, NULL, SPI_OK_UPDATE);
+	end_xact();
+}
+
+/* One round over the projections; true if there may be more to do now. */
+static bool
+run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
+		  TimestampTz *next_retry)
+{
+	bool		busy = false;
+	int			i;
+
+	for (i = 0; i < nprojs; i++)
+	{
+		Proj	   *pj = &projs[i];
+		int			b;
+
+		if (pj->paused)
+			continue;
+		for (b = 0; b < BATCHES_PER_TURN; b++)
+		{
+			int			n;
+
+			CHECK_FOR_INTERRUPTS();
+			n = run_batch(pj, desc, slot, next_retry);
+			if (n == 0)
+				break;
+			pgstat_report_activity(STATE_IDLE, NULL);
+			if (b == BATCHES_PER_TURN - 1)
+				busy = true;
+		}
+	}
+	return busy;
+}
+
+static void
+worker_loop(int number)
+{
+	static MemoryContext roundcxt = NULL;
+	static TupleDesc desc = NULL;
+	static TupleTableSlot *slot = NULL;
+
+	if (roundcxt == NULL)
+		roundcxt = AllocSetContextCreate(TopMemoryContext, "esrc projection round",
+										 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		TimestampTz next_retry = 0;
+		uint64		seq;
+		Proj	   *projs;
+		int			nprojs;
+		bool		busy;
+		long		timeout;
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			if (number > esrc_projection_workers)
+				proc_exit(0);
+		}
+		MemoryContextReset(roundcxt);
+		seq = esrc_projection_wake_seq();
+		projs = load_projections(roundcxt, &nprojs, seq);
+		if (desc == NULL)
+		{
+			MemoryContext old;
+
+			begin_xact();
+			old = MemoryContextSwitchTo(TopMemoryContext);
+			desc = lookup_rowtype_tupdesc_copy(esrc_event_type_oid(), -1);
+			slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+			MemoryContextSwitchTo(old);
+			end_xact();
+		}
+		if (handlers_changed)
+		{
+			handlers_changed = false;
+			unblock_all();
+		}
+		MemoryContextSwitchTo(roundcxt);
+		busy = run_round(projs, nprojs, desc, slot, &next_retry);
+		if (busy)
+			continue;
+		timeout = esrc_subscription_lease_ms / 3;
+		if (next_retry != 0)
+		{
+			long		ms = (long) ((next_retry - GetCurrentTimestamp()) / 1000) + 1;
+
+			timeout = Max(1, Min(timeout, ms));
+		}
+		pgstat_report_activity(STATE_IDLE, NULL);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, PG_WAIT_EXTENSION);
+	}
+}
+
+void
+esrc_projection_worker_main(Datum arg)
+{
+	Oid			dbid;
+	int			number;
+	sigjmp_buf	local_sigjmp_buf;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	esrc_projection_worker_attach(DatumGetInt32(arg), &dbid, &number);
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+	snprintf(member, sizeof(member), "worker %d", number);
+	pgstat_report_appname(psprintf("esrc projection worker %d", number));
+	SetConfigOption("search_path", PROJECTION_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	CacheRegisterSyscacheCallback(PROCOID, proc_changed, (Datum) 0);
+	before_shmem_exit(leave_groups, (Datum) 0);
+
+	/* an error outside a handler: report it, wait a second, go on */
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+	{
+		error_context_stack = NULL;
+		HOLD_INTERRUPTS();
+		EmitErrorReport();
+		AbortOutOfAnyTransaction();
+		FlushErrorState();
+		MemoryContextSwitchTo(TopMemoryContext);
+		RESUME_INTERRUPTS();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000, PG_WAIT_EXTENSION);
+	}
+	PG_exception_stack = &local_sigjmp_buf;
+	worker_loop(number);
+}
