@@ -123,10 +123,14 @@ FROM esrc.projection_status WHERE projection = 'p_at';
 SELECT esrc.drop_projection('p_at');
 SELECT esrc.drop_projection('p_end');
 
--- a name of 63 bytes (its subscription's name is longer)
-SELECT esrc.create_projection(repeat('n', 63), 'pj.h2(esrc.event)', ARRAY['none']) > 0 AS created;
+-- names up to 52 bytes (its subscription's name, "projection:" and the
+-- name, is then at most 63)
+SELECT esrc.create_projection(repeat('n', 52), 'pj.h2(esrc.event)', ARRAY['none']) > 0 AS created;
 SELECT length(name) FROM esrc.projections WHERE name LIKE 'nnn%';
-SELECT esrc.drop_projection(repeat('n', 63));
+SELECT length(name) FROM esrc.subscriptions WHERE name LIKE 'projection:nnn%';
+SELECT esrc.drop_projection(repeat('n', 52));
+SELECT esrc.create_projection(repeat('n', 53), 'pj.h2(esrc.event)', ARRAY['none']);
+\echo SQLSTATE :SQLSTATE
 
 -- handlers with the wrong signature
 CREATE FUNCTION pj.bad_arg(e integer) RETURNS void LANGUAGE sql AS '';
@@ -206,10 +210,11 @@ SELECT esrc.create_projection('x', 'pj.h2(esrc.event)', start => 'middle');
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.create_projection('x', 'pj.h2(esrc.event)', start => '-1');
 \echo SQLSTATE :SQLSTATE
-SELECT esrc.create_projection('x', 'pj.h2(esrc.event)', start => NULL);
-\echo SQLSTATE :SQLSTATE
+-- a null start is the default, 'beginning' (as for create_subscription)
+SELECT esrc.create_projection('x', 'pj.noop(esrc.event)', ARRAY['none'], start => NULL) > 0 AS created;
 SELECT name FROM esrc.projections ORDER BY name;
 SELECT name FROM esrc.subscriptions ORDER BY name;
+SELECT esrc.drop_projection('x');
 
 -- unknown projections, for every function
 SELECT esrc.drop_projection('nosuch');
@@ -255,26 +260,28 @@ SELECT name FROM esrc.subscriptions ORDER BY name;
 -- a transaction rolled back, in case they could)
 BEGIN;
 DROP FUNCTION pj.h(esrc.event);
-ROLLBACK;
 \echo SQLSTATE :SQLSTATE
+ROLLBACK;
 BEGIN;
 DROP FUNCTION pj.h(esrc.event) CASCADE;
+\echo SQLSTATE :SQLSTATE
 ROLLBACK;
 BEGIN;
 DROP FUNCTION pj.r2();
+\echo SQLSTATE :SQLSTATE
 ROLLBACK;
 BEGIN;
 DROP SCHEMA pj CASCADE;
-ROLLBACK;
 \echo SQLSTATE :SQLSTATE
+ROLLBACK;
 BEGIN;
 ALTER FUNCTION pj.h(esrc.event) RENAME TO h_renamed;
-ROLLBACK;
 \echo SQLSTATE :SQLSTATE
+ROLLBACK;
 BEGIN;
 ALTER SCHEMA pj RENAME TO pj_renamed;
-ROLLBACK;
 \echo SQLSTATE :SQLSTATE
+ROLLBACK;
 -- CREATE OR REPLACE is allowed (a fix of the handler)
 CREATE OR REPLACE FUNCTION pj.h(e esrc.event) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -414,13 +421,30 @@ SELECT esrc.reset_projection('alice');
 SELECT * FROM pj.resets WHERE projection = 'alice';
 SELECT esrc.drop_projection('alice');
 
--- a projection's handler survives nothing but its projection: dropping
--- the extension drops the projections with it
-SELECT name FROM esrc.projections ORDER BY name;
+-- dropping the extension drops the projections with it (and their
+-- handlers, which depend on esrc.event); the workers of this database
+-- stop
 SELECT esrc.drop_projection('p2');
 SELECT name FROM esrc.projections ORDER BY name;
+SELECT count(*) > 0 AS workers FROM pg_stat_activity
+WHERE backend_type LIKE 'esrc projection worker%' AND datname = current_database();
 DROP EXTENSION esrc CASCADE;
 SELECT count(*) FROM pg_proc WHERE proname = 'h' AND pronamespace = 'pj'::regnamespace;
+DO $$
+BEGIN
+    FOR i IN 1..300 LOOP
+        EXIT WHEN NOT EXISTS (SELECT FROM pg_stat_activity
+                              WHERE backend_type LIKE 'esrc projection worker%'
+                                AND datname = current_database());
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END
+$$;
+SELECT count(*) AS workers FROM pg_stat_activity
+WHERE backend_type LIKE 'esrc projection worker%' AND datname = current_database();
 DROP SCHEMA pj CASCADE;
 DROP ROLE pj_alice, pj_bob, pj_carol, pj_dave, pj_nobody;
+-- leave the extension as the other files expect it: installed, its
+-- position sequence used once
 CREATE EXTENSION esrc;
+SELECT esrc.append('projection_api-1', 'Done', '{}');
