@@ -104,11 +104,15 @@ q -c "SELECT '  ' || projection || ': ' || sum(applied) || ' applied, attempts '
       FROM esrc.projection_status GROUP BY projection ORDER BY projection" >&2
 q -c "SELECT '  ' || count(DISTINCT sample) || ' status samples; states seen: '
              || string_agg(DISTINCT state, ', ') FROM proj.status_samples" >&2
+q -c "SELECT '  retrying seen: ' || coalesce(string_agg(x, ', '), 'never') FROM
+      (SELECT projection || ' ' || count(*) || ' samples (SQLSTATE ' || string_agg(DISTINCT last_error_sqlstate, '/')
+              || ', attempts up to ' || max(attempts) || ')' AS x
+       FROM proj.status_samples WHERE state = 'retrying' GROUP BY projection) r" >&2
 
 checks() { q -F ' ' -c "SELECT name, ok FROM proj.check_v1 UNION ALL SELECT name, ok FROM proj.check_v2" "$@"; }
 checks >"$dir/check.out"
 sed 's/^/  /' "$dir/check.out" >&2
-[ "$(wc -l <"$dir/check.out")" -eq 16 ] || die "expected 16 checks"
+[ "$(wc -l <"$dir/check.out")" -eq 17 ] || die "expected 17 checks"
 ! grep -q ' f$' "$dir/check.out" || die "a projection's table is not the replay of the log (above)"
 [ "$n" -gt 2000 ] || die "too little happened: $n events"
 # both workers did part of every projection

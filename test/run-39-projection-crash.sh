@@ -179,7 +179,7 @@ q -c "SELECT '  ' || projection || ': ' || sum(applied) || ' applied, attempts '
       FROM esrc.projection_status GROUP BY projection ORDER BY projection" >&2
 q -F ' ' -c "SELECT name, ok FROM proj.check_v1" >"$dir/check.out"
 sed 's/^/  /' "$dir/check.out" >&2
-[ "$(wc -l <"$dir/check.out")" -eq 11 ] || die "expected 11 checks"
+[ "$(wc -l <"$dir/check.out")" -eq 12 ] || die "expected 12 checks"
 ! grep -q ' f$' "$dir/check.out" || die "a projection's effects are not exactly once across the crashes (above)"
 [ "$n" -gt 500 ] || die "too little happened: $n events"
 log "exactly once across three crashes ($n events; batches rolled back: ${aborted[*]})"

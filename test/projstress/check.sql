@@ -147,7 +147,8 @@ CREATE TABLE proj.status_samples (
     state      text,
     worker     text,
     attempts   int,
-    blocked_position bigint
+    blocked_position bigint,
+    last_error_sqlstate text
 );
 CREATE TABLE proj.sampler_stop (stop bool);
 CREATE PROCEDURE proj.sample_status() LANGUAGE plpgsql AS $$
@@ -157,7 +158,8 @@ BEGIN
     LOOP
         n := n + 1;
         INSERT INTO proj.status_samples
-        SELECT n, clock_timestamp(), projection, partition, state, worker, attempts, blocked_position
+        SELECT n, clock_timestamp(), projection, partition, state, worker, attempts, blocked_position,
+               last_error_sqlstate
         FROM esrc.projection_status;
         COMMIT;
         EXIT WHEN EXISTS (SELECT FROM proj.sampler_stop);
