@@ -4,8 +4,9 @@
 # 2), with slow handlers (every 20th event sleeps 50 ms: a batch of 100
 # takes a quarter of a second or more, so that a crash catches one in flight), under
 # pgbench writers (test/projstress/writers.pgbench).  Three rounds, each
-# with a worker caught mid-batch (in pg_sleep inside the handler, its
-# transaction holding an xid: effects written, not committed):
+# with a worker caught mid-batch (in pg_sleep inside the handler, the
+# sleeps made 3 s long just before, its transaction holding an xid:
+# effects written, not committed):
 #   1. kill -9 of that worker (the postmaster restarts every backend)
 #   2. kill -9 of the postmaster (its children exit, then a new start)
 #   3. pg_ctl stop -m immediate, then start
@@ -99,6 +100,11 @@ aborted=()
 
 crash() {   # crash 1|2|3
     local pm children c i pid xid
+    # the sleeps become 3 s long, so that the crash lands inside the batch
+    # caught (an orphaned backend goes on after kill -9 of the postmaster
+    # until it next waits, and could otherwise commit its batch first)
+    q -c "UPDATE proj.knobs SET sleep_s = 3"
+    sleep 0.5
     read -r pid xid < <(wait_mid_batch) || true
     [ -n "${xid:-}" ] || die "round $1: no worker was caught in the middle of a batch"
     case $1 in
@@ -137,6 +143,7 @@ crash() {   # crash 1|2|3
             ;;
     esac
     wait_ready
+    q -c "UPDATE proj.knobs SET sleep_s = 0.05"
     # the batch in flight was rolled back
     st=$(q -c "SELECT pg_xact_status('$xid'::text::xid8)")
     [ "$st" = aborted ] || die "round $1: the batch in flight (transaction $xid) is $st, not aborted"
