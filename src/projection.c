@@ -508,7 +508,7 @@ esrc_projection_skip(PG_FUNCTION_ARGS)
 	position = PG_GETARG_INT64(1);
 	if (PG_ARGISNULL(2) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(2)) == 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				(errcode(PG_ARGISNULL(2) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("reason must not be %s", PG_ARGISNULL(2) ? "null" : "empty"),
 				 errhint("Say why the event is skipped; it is recorded in esrc.projection_skips.")));
 	reason = text_to_cstring(PG_GETARG_TEXT_PP(2));

@@ -17,7 +17,10 @@
  * worker commits with synchronous_commit off: a commit lost in a crash
  * loses its checkpoint with its effects, and the batch runs again.
  *
- * Failures (per partition): when the handler fails at event k, the
+ * Failures (per partition): a deadlock or serialization failure of the
+ * handler (two workers updating the same rows of a cross-stream table)
+ * runs the batch again at once, up to TRANSIENT_RETRIES times, before it
+ * counts.  When the handler fails at event k, the
  * subtransaction rolls back, events before k are applied again and
  * committed, and the partition of event k records the failure (attempts,
  * error, retry_at).  Its events are then left out of batches; when
@@ -70,6 +73,9 @@
 #include "compat.h"
 #include "projection.h"
 #include "subscription.h"
+
+/* a handler's deadlock or serialization failure: tries at once before it counts */
+#define TRANSIENT_RETRIES	3
 
 /* batches of one projection before the worker turns to the next */
 #define BATCHES_PER_TURN	20
@@ -579,9 +585,18 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 		int32		fpart = -1;
 
 		bool		whole = true;
+		int			transient = 0;
 
 		while (!apply_events(pj, def, ts, slot, limit, whole, &a))
 		{
+			if ((a.error->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+				 a.error->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE) &&
+				transient++ < TRANSIENT_RETRIES)
+			{
+				/* a deadlock or serialization failure: again, at once */
+				FreeErrorData(a.error);
+				continue;
+			}
 			if (a.failed == -2)
 			{
 				/* a batch handler failed: find the event, one at a time */
