@@ -118,7 +118,7 @@ sqlstate_of() {   # the SQLSTATE of a statement that must fail
 }
 [ "$(sqlstate_of "PERFORM esrc.projection_skip('fragile', $bp + 1, 'x')")" = 55000 ] || die "skip at a position not blocked: not 55000"
 [ "$(sqlstate_of "PERFORM esrc.projection_skip('fragile', $bp, '')")" = 22023 ] || die "skip with an empty reason: not 22023"
-[ "$(sqlstate_of "PERFORM esrc.projection_skip('fragile', $bp, NULL)")" = 22023 ] || die "skip with a null reason: not 22023"
+[ "$(sqlstate_of "PERFORM esrc.projection_skip('fragile', $bp, NULL)")" = 22004 ] || die "skip with a null reason: not 22004"
 q -c "SELECT esrc.projection_skip('fragile', $bp + 1, 'x')" 2>&1 | sed 's/^/  /' >&2 || true
 check "the skips rejected changed nothing" "NOT EXISTS (SELECT FROM esrc.projection_skips)"
 q -c "SELECT esrc.projection_skip('fragile', $bp, 'poison event: acct-7 v3 cannot be applied')" >/dev/null
