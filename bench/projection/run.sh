@@ -1,0 +1,375 @@
+#!/usr/bin/env bash
+# bench/projection/run.sh: projections (esrc.create_projection, applied by
+# the background workers) next to the same handler applied inline, measured
+# in the same run on the same throwaway cluster.
+#
+#   bash bench/projection/run.sh          (as root or a sudoer, like test/all.sh)
+#   BENCH_EVENTS=200000 BENCH_LAT_SECONDS=10 BENCH_APPEND_SECONDS=5 \
+#   BENCH_ROUNDS=2 bash bench/projection/run.sh
+#
+# The handler everywhere is one statement, INSERT ... ON CONFLICT DO UPDATE
+# (an SQL function): per stream, a count, the last position, the time.
+#
+# 1. latency, commit of an append -> its projected row committed, at
+#    $BENCH_RATE (1,000) appends/s (one event per transaction, Poisson
+#    arrivals: pgbench -R) from 8 writers for $BENCH_LAT_SECONDS (15) s,
+#    1 projection, 1 partition, 1 worker.  The latency handler keys its
+#    upsert by (stream, version), so every event leaves a row version of
+#    its own; with track_commit_timestamp = on,
+#      pg_xact_commit_timestamp(projected row's xmin)
+#        - pg_xact_commit_timestamp(event row's xmin)
+#    is exactly commit -> visible, on the server's clock, no polling.  Also
+#    commit -> handler ran (clock_timestamp() in the row).  The first 2 s are
+#    warm-up.  p50/p90/p99/max.  The issue's targets: p50 <= 5 ms, p99 <= 25 ms.
+# 2. catch-up: $BENCH_EVENTS (1,000,000) events stored in 1,000 streams (one
+#    category), projected from the beginning by a new projection, for
+#    (projection_workers, partitions) in $BENCH_CATCHUP (1x1 1x4 2x4); from
+#    create_projection's commit to the commit of its last batch (commit
+#    timestamps again).  The workers are running already (a projection of an
+#    idle category keeps them up), so their start is not counted.
+#    Baseline: the same handler called by an AFTER INSERT ... FOR EACH ROW
+#    trigger on a copy of esrc.events, fed by INSERT INTO copy SELECT * FROM
+#    esrc.events, 100 events per transaction (the projection's default
+#    batch_size; one transaction over a million upserts of 1,000 rows would
+#    measure HOT chains that never get pruned, not the handler).  Also, for
+#    reference, the handler called from a plain SELECT over the same events,
+#    100 per transaction (no trigger, no copy).  Every result table is
+#    checked against the log (count and last position per stream).
+# 3. append throughput: pgbench, 8 clients, esrc.append of one event per
+#    transaction, $BENCH_APPEND_SECONDS (8) s, with:
+#      none    no projection (besides the idle keep-alive)
+#      proj3   3 projections of the load's category (start 'end'), each
+#              into its own table
+#      slow3   3 projections whose handler also does pg_sleep(0.001): the
+#              workers fall behind; appends must not slow down
+#    $BENCH_ROUNDS (3) rounds alternate the variants; the best round of
+#    each counts; ratios to "none" of the bests, the median of the
+#    per-round ratios.  Also how many of the run's events the projections
+#    had applied when pgbench ended.  The workers share the 2 cores with the
+#    writers: proj3's ratio includes their work.
+# 4. batch_size 1, 100, 1000 ($BENCH_BATCH_SIZES) on the catch-up of the
+#    first $BENCH_BATCH_EVENTS (50,000) events' worth of a category of its
+#    own (1 worker, 1 partition).
+#
+# Other knobs: BENCH_NO_BUILD=1 (skip make install), BENCH_SKIP="latency
+# catchup append batch" (sections to leave out), KEEP=1.
+# Nothing is asserted beyond the result checks; prints "name value" lines.
+set -euo pipefail
+ESRC_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ESRC_ROOT/test/lib.sh"
+
+EVENTS=${BENCH_EVENTS:-1000000}
+RATE=${BENCH_RATE:-1000}
+LAT_SECS=${BENCH_LAT_SECONDS:-15}
+APP_SECS=${BENCH_APPEND_SECONDS:-8}
+ROUNDS=${BENCH_ROUNDS:-3}
+CATCHUP=${BENCH_CATCHUP:-1x1 1x4 2x4}
+BATCH_EVENTS=${BENCH_BATCH_EVENTS:-50000}
+BATCH_SIZES=${BENCH_BATCH_SIZES:-1 100 1000}
+SKIP=" ${BENCH_SKIP:-} "
+
+ensure_deps
+[ -n "${BENCH_NO_BUILD:-}" ] || build_install
+dir=$(test_tmpdir bench-projection)
+port=$(free_port)
+cleanup() {
+    pg_stop "$dir" immediate
+    [ -n "${KEEP:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+pg_start "$dir" "$port" "max_connections = 60" "shared_buffers = 256MB" "max_wal_size = 4GB" \
+    "track_commit_timestamp = on" "esrc.projection_workers = 1"
+export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+sql() { psql -qAtX -v ON_ERROR_STOP=1 -c "$1"; }
+ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
+median() { python3 -c "import statistics, sys; print('%.2f' % statistics.median(map(float, sys.argv[1:])))" $1; }
+now_us() { echo $(( $(date +%s%N) / 1000 )); }
+echo "bench/projection: postgres $("$PG_BINDIR/postgres" --version | cut -d' ' -f3), $(nproc) cores," \
+     "esrc $(git -C "$ESRC_ROOT" log -1 --format=%h 2>/dev/null || echo '?'), $(date -u +%Y-%m-%d)"
+
+psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE EXTENSION esrc;
+-- The handler of the throughput measurements: one upsert per event, keyed
+-- by stream.  Handlers run with search_path = pg_catalog, pg_temp, so the
+-- table is qualified.
+CREATE TABLE public.bench_counts (stream text PRIMARY KEY, n bigint NOT NULL,
+                                  last_position bigint NOT NULL, updated_at timestamptz NOT NULL);
+CREATE FUNCTION public.bench_handler(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.bench_counts VALUES (e.stream, 1, e.position, clock_timestamp())
+    ON CONFLICT (stream) DO UPDATE
+        SET n = bench_counts.n + 1, last_position = excluded.last_position,
+            updated_at = excluded.updated_at
+$$;
+-- The latency handler: the same statement keyed by (stream, version), so
+-- that each event leaves its own row version (and its commit timestamp).
+CREATE TABLE public.lat_rows (stream text, version bigint, position bigint NOT NULL,
+                              applied_at timestamptz NOT NULL, PRIMARY KEY (stream, version));
+CREATE FUNCTION public.lat_handler(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.lat_rows VALUES (e.stream, e.version, e.position, clock_timestamp())
+    ON CONFLICT (stream, version) DO UPDATE
+        SET position = excluded.position, applied_at = excluded.applied_at
+$$;
+-- The baseline: the same handler inline, in an AFTER INSERT row trigger.
+CREATE TABLE public.copy_events (LIKE esrc.events);
+CREATE FUNCTION public.copy_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.bench_handler(ROW(NEW.position, NEW.stream, NEW.version, NEW.type, NEW.data,
+                                     NEW.metadata, NEW.id, NEW.recorded_at)::esrc.event);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER copy_apply AFTER INSERT ON public.copy_events
+    FOR EACH ROW EXECUTE FUNCTION public.copy_trigger();
+-- Keeps the workers of this database running between measurements.
+CREATE FUNCTION public.idle_handler(e esrc.event) RETURNS void LANGUAGE sql AS 'SELECT';
+SELECT esrc.create_projection('keepalive', 'public.idle_handler(esrc.event)', ARRAY['idle']);
+SQL
+
+# projection_workers N: set it (reload) and wait for the launcher to run N.
+workers() {
+    local n=$1 i have=
+    sql "ALTER SYSTEM SET esrc.projection_workers = $n" >/dev/null
+    sql "SELECT pg_reload_conf()" >/dev/null
+    for i in $(seq 1 100); do
+        have=$(sql "SELECT count(*) FROM pg_stat_activity
+                    WHERE backend_type LIKE 'esrc projection worker%'
+                       OR application_name LIKE 'esrc projection worker%'")
+        [ "$have" = "$n" ] && return 0
+        sleep 0.1
+    done
+    echo "  (note: $have projection workers running 10 s after esrc.projection_workers = $n)"
+}
+# applied NAME: events the projection NAME has applied (sum over partitions)
+applied() {
+    sql "SELECT coalesce(sum(pp.applied), 0) FROM esrc.projection_partitions pp
+         JOIN esrc.projections p ON p.id = pp.projection_id WHERE p.name = '$1'"
+}
+# wait_applied NAME N: until NAME applied N events; dies if a partition is
+# retrying or blocked (with its error)
+wait_applied() {
+    local name=$1 n=$2 a bad
+    while :; do
+        a=$(applied "$name")
+        [ "$a" -ge "$n" ] && return 0
+        bad=$(sql "SELECT format('%s partition %s %s at %s: %s', projection, partition, state,
+                                 blocked_position, last_error)
+                   FROM esrc.projection_status
+                   WHERE projection = '$name' AND state IN ('retrying', 'blocked') LIMIT 1")
+        [ -z "$bad" ] || die "$bad"
+        sleep 0.05
+    done
+}
+# the commit time (µs since the epoch) of the newest row version of TABLE
+last_commit_us() {
+    sql "SELECT (extract(epoch FROM max(pg_xact_commit_timestamp(xmin))) * 1000000)::bigint FROM $1"
+}
+workers 1
+
+# --- 1. latency ---------------------------------------------------------
+if [[ $SKIP != *" latency "* ]]; then
+    log "latency: $RATE appends/s from 8 writers for ${LAT_SECS}s, 1 projection"
+    echo "SELECT esrc.append('lat-' || (random() * 100)::int, 'Tick', '{\"x\": 1}');" >"$dir/lat.sql"
+    sql "SELECT esrc.create_projection('lat', 'public.lat_handler(esrc.event)', ARRAY['lat'], start => 'end')" >/dev/null
+    sleep 1
+    wall0=$(now_us)
+    lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
+    "$PG_BINDIR/pgbench" -n -c 8 -j 2 -R "$RATE" -T "$LAT_SECS" -f "$dir/lat.sql" >"$dir/pgbench.lat" 2>&1 \
+        || { cat "$dir/pgbench.lat"; die "pgbench failed"; }
+    n=$(sql "SELECT count(*) FROM esrc.events WHERE category = 'lat'")
+    wait_applied lat "$n"
+    psql -qAtX -v ON_ERROR_STOP=1 <<EOF
+CREATE TEMP TABLE ev AS
+  SELECT (extract(epoch FROM pg_xact_commit_timestamp(e.xmin)) * 1000000)::bigint AS commit_us,
+         (extract(epoch FROM pg_xact_commit_timestamp(r.xmin)) * 1000000)::bigint AS visible_us,
+         (extract(epoch FROM r.applied_at) * 1000000)::bigint AS ran_us
+  FROM esrc.events e LEFT JOIN public.lat_rows r USING (stream, version)
+  WHERE e.category = 'lat' AND e.position > $lo;
+DELETE FROM ev WHERE commit_us < $wall0 + 2000000;
+SELECT format('latency_commit_to_visible n=%s missed=%s p50=%sms p90=%sms p99=%sms max=%sms',
+              count(visible_us), count(*) - count(visible_us),
+              round(percentile_disc(0.5) WITHIN GROUP (ORDER BY visible_us - commit_us) / 1000.0, 2),
+              round(percentile_disc(0.9) WITHIN GROUP (ORDER BY visible_us - commit_us) / 1000.0, 2),
+              round(percentile_disc(0.99) WITHIN GROUP (ORDER BY visible_us - commit_us) / 1000.0, 2),
+              round(max(visible_us - commit_us) / 1000.0, 2))
+FROM ev;
+SELECT format('latency_commit_to_handler p50=%sms p90=%sms p99=%sms',
+              round(percentile_disc(0.5) WITHIN GROUP (ORDER BY ran_us - commit_us) / 1000.0, 2),
+              round(percentile_disc(0.9) WITHIN GROUP (ORDER BY ran_us - commit_us) / 1000.0, 2),
+              round(percentile_disc(0.99) WITHIN GROUP (ORDER BY ran_us - commit_us) / 1000.0, 2))
+FROM ev;
+SELECT format('latency_projected_batches %s batches of %s events on average',
+              count(DISTINCT xmin::text), round(count(*)::numeric / greatest(count(DISTINCT xmin::text), 1), 1))
+FROM public.lat_rows;
+EOF
+    echo "latency_writers $(awk '/^tps = /{printf "%.0f appends/s", $3}' "$dir/pgbench.lat"), mean statement latency $(awk '/^latency average/{print $4}' "$dir/pgbench.lat") ms  (targets: p50 <= 5 ms, p99 <= 25 ms)"
+    sql "SELECT esrc.drop_projection('lat')" >/dev/null
+fi
+
+# --- 2. catch-up -------------------------------------------------------
+if [[ $SKIP != *" catchup "* ]]; then
+    log "filling the log with $EVENTS events in 1000 streams"
+    for ((r = 0; r < EVENTS / 10000; r++)); do
+        # 1000 streams x 10 events per statement: streams interleave in the log
+        sql "SELECT count(esrc.append_batch('thru-' || s,
+                 (SELECT jsonb_agg(jsonb_build_object('type', 'Tick',
+                          'data', jsonb_build_object('i', $r * 10 + i, 'pad', repeat('x', 70))))
+                  FROM generate_series(1, 10) i)))
+             FROM generate_series(1, 1000) s" >/dev/null
+    done
+    N=$(sql "SELECT count(*) FROM esrc.events WHERE category = 'thru'")
+    read -r plo phi <<<"$(sql "SELECT min(position), max(position) FROM esrc.events WHERE category = 'thru'" | tr '|' ' ')"
+    sql "VACUUM (ANALYZE) esrc.events" >/dev/null
+    sql "CHECKPOINT" >/dev/null
+    # check TABLE: every stream's count and last position as in the log
+    check() {
+        local bad
+        bad=$(sql "SELECT count(*) FROM (SELECT stream, count(*) AS n, max(position) AS p
+                                          FROM esrc.events WHERE category = 'thru' GROUP BY 1) l
+                   FULL JOIN public.bench_counts c USING (stream)
+                   WHERE c.n IS DISTINCT FROM l.n OR c.last_position IS DISTINCT FROM l.p")
+        [ "$bad" = 0 ] || die "$1: $bad streams of bench_counts differ from the log"
+    }
+    eps() { python3 -c "print('%.0f' % ($1 / (($3 - $2) / 1e6)))"; }
+
+    # baseline: the trigger on a copy, 100 events per transaction
+    sql "TRUNCATE public.bench_counts" >/dev/null
+    t0=$(now_us)
+    sql "DO \$\$ DECLARE lo bigint := $plo - 1; BEGIN
+           WHILE lo < $phi LOOP
+             INSERT INTO public.copy_events SELECT * FROM esrc.events
+               WHERE category = 'thru' AND position > lo AND position <= lo + 100;
+             lo := lo + 100; COMMIT;
+           END LOOP; END \$\$" >/dev/null
+    t1=$(now_us)
+    check trigger
+    trig=$(eps "$N" "$t0" "$t1")
+    echo "catchup_baseline_row_trigger_batch100 events $N events_per_s $trig"
+    sql "TRUNCATE public.bench_counts, public.copy_events" >/dev/null
+    sql "VACUUM public.bench_counts" >/dev/null
+    t0=$(now_us)
+    sql "DO \$\$ DECLARE lo bigint := $plo - 1; BEGIN
+           WHILE lo < $phi LOOP
+             PERFORM public.bench_handler(ROW(position, stream, version, type, data, metadata,
+                                              id, recorded_at)::esrc.event)
+               FROM esrc.events WHERE category = 'thru' AND position > lo AND position <= lo + 100
+               ORDER BY position;
+             lo := lo + 100; COMMIT;
+           END LOOP; END \$\$" >/dev/null
+    t1=$(now_us)
+    check plain
+    plain=$(eps "$N" "$t0" "$t1")
+    echo "catchup_reference_plain_select_batch100 events $N events_per_s $plain  $(ratio "$plain" "$trig")x of the trigger"
+
+    catchup() { # NAME WORKERS PARTITIONS BATCH_SIZE CATEGORY EVENTS BASELINE_EPS LABEL
+        local name=$1 w=$2 p=$3 b=$4 cat=$5 n=$6 base=$7 t0 t1 e
+        workers "$w"
+        sql "TRUNCATE public.bench_counts" >/dev/null
+        sql "VACUUM public.bench_counts" >/dev/null
+        sql "CHECKPOINT" >/dev/null
+        sql "SELECT esrc.create_projection('$name', 'public.bench_handler(esrc.event)', ARRAY['$cat'],
+                                           partitions => $p, batch_size => $b)" >/dev/null
+        t0=$(sql "SELECT (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::bigint
+                  FROM esrc.projections WHERE name = '$name'")
+        wait_applied "$name" "$n"
+        t1=$(last_commit_us public.bench_counts)
+        e=$(eps "$n" "$t0" "$t1")
+        echo "$8 events $n seconds $(python3 -c "print('%.2f' % (($t1 - $t0) / 1e6))") events_per_s $e  $(ratio "$e" "$base")x of the trigger"
+        sql "SELECT esrc.drop_projection('$name')" >/dev/null
+    }
+    log "catch-up of $N events: $CATCHUP (workers x partitions)"
+    for wp in $CATCHUP; do
+        w=${wp%x*} p=${wp#*x}
+        catchup "c$w$p" "$w" "$p" 100 thru "$N" "$trig" "catchup_projection_workers${w}_partitions${p}_batch100"
+        check "projection $wp"
+    done
+    workers 1
+fi
+
+# --- 3. append throughput with projections -----------------------------
+if [[ $SKIP != *" append "* ]]; then
+    psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE TABLE public.load_counts1 (LIKE public.bench_counts INCLUDING ALL);
+CREATE TABLE public.load_counts2 (LIKE public.bench_counts INCLUDING ALL);
+CREATE TABLE public.load_counts3 (LIKE public.bench_counts INCLUDING ALL);
+CREATE FUNCTION public.load_handler1(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.load_counts1 VALUES (e.stream, 1, e.position, clock_timestamp())
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts1.n + 1, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
+CREATE FUNCTION public.load_handler2(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.load_counts2 VALUES (e.stream, 1, e.position, clock_timestamp())
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts2.n + 1, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
+CREATE FUNCTION public.load_handler3(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.load_counts3 VALUES (e.stream, 1, e.position, clock_timestamp())
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts3.n + 1, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
+CREATE FUNCTION public.slow_handler(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_sleep(0.001);
+    INSERT INTO public.load_counts1 VALUES (e.stream, 1, e.position, clock_timestamp())
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts1.n + 1, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
+SQL
+    echo "\\set s random(1, 10000)
+SELECT esrc.append('load-' || :s, 'Tick', '{\"n\": 1, \"pad\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}');" >"$dir/load.sql"
+    declare -A best this ratios
+    append_run() { # VARIANT
+        local v=$1 i projs=() tps lo hi done_=
+        case $v in
+        proj3) for i in 1 2 3; do
+                   sql "SELECT esrc.create_projection('load$i', 'public.load_handler$i(esrc.event)', ARRAY['load'], start => 'end')" >/dev/null
+                   projs+=("load$i"); done ;;
+        slow3) for i in 1 2 3; do
+                   sql "SELECT esrc.create_projection('slow$i', 'public.slow_handler(esrc.event)', ARRAY['load'], start => 'end')" >/dev/null
+                   projs+=("slow$i"); done ;;
+        esac
+        [ ${#projs[@]} -eq 0 ] || sleep 1
+        lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
+        tps=$("$PG_BINDIR/pgbench" -n -c 8 -j 2 -T "$APP_SECS" -M prepared -f "$dir/load.sql" 2>&1 |
+            awk '/^tps = /{printf "%.0f", $3}')
+        [ -n "$tps" ] || die "pgbench failed ($v)"
+        if [ ${#projs[@]} -gt 0 ]; then
+            hi=$(sql "SELECT count(*) FROM esrc.events WHERE category = 'load' AND position > $lo")
+            for s in "${projs[@]}"; do done_="$done_ $(applied "$s")"; done
+            done_="  applied when pgbench ended:$done_ of $hi"
+        fi
+        for s in "${projs[@]}"; do sql "SELECT esrc.drop_projection('$s')" >/dev/null; done
+        printf '  round %d  %-6s %8s appends/s%s\n' "$r" "$v" "$tps" "$done_"
+        if [ -z "${best[$v]:-}" ] || [ "$tps" -gt "${best[$v]}" ]; then best[$v]=$tps; fi
+        this[$v]=$tps
+        sql "TRUNCATE public.load_counts1, public.load_counts2, public.load_counts3" >/dev/null
+        sql "CHECKPOINT" >/dev/null
+    }
+    log "append throughput: 8 clients, ${APP_SECS}s per run, $ROUNDS rounds"
+    for r in $(seq 1 "$ROUNDS"); do
+        append_run none
+        append_run proj3
+        append_run slow3
+        for v in proj3 slow3; do
+            ratios[$v]="${ratios[$v]:-} $(ratio "${this[$v]}" "${this[none]}")"
+        done
+    done
+    echo "append_tps_no_projection ${best[none]}"
+    echo "append_tps_3_projections ${best[proj3]}  $(ratio "${best[proj3]}" "${best[none]}")x  median $(median "${ratios[proj3]}")x  (${ratios[proj3]} )  (target >= 0.9x)"
+    echo "append_tps_3_slow_projections ${best[slow3]}  $(ratio "${best[slow3]}" "${best[none]}")x  median $(median "${ratios[slow3]}")x  (${ratios[slow3]} )"
+fi
+
+# --- 4. batch_size on catch-up ------------------------------------------
+if [[ $SKIP != *" batch "* ]]; then
+    log "batch_size $BATCH_SIZES on the catch-up of $BATCH_EVENTS events"
+    for ((r = 0; r < (BATCH_EVENTS + 9999) / 10000; r++)); do
+        sql "SELECT count(esrc.append_batch('bs-' || s,
+                 (SELECT jsonb_agg(jsonb_build_object('type', 'Tick',
+                          'data', jsonb_build_object('i', $r * 10 + i, 'pad', repeat('x', 70))))
+                  FROM generate_series(1, 10) i)))
+             FROM generate_series(1, 1000) s" >/dev/null
+    done
+    NB=$(sql "SELECT count(*) FROM esrc.events WHERE category = 'bs'")
+    sql "VACUUM (ANALYZE) esrc.events" >/dev/null
+    base=
+    for b in $BATCH_SIZES; do
+        out=$(catchup "bs$b" 1 1 "$b" bs "$NB" "${base:-1}" "catchup_batch_size_$b")
+        e=$(sed 's/.*events_per_s \([0-9]*\).*/\1/' <<<"$out")
+        [ -n "$base" ] || base=$e
+        # ratios here are to the first batch size
+        echo "${out%%  *}  $(ratio "$e" "$base")x of batch_size $(set -- $BATCH_SIZES; echo "$1")"
+    done
+fi
