@@ -18,6 +18,7 @@ extern int	esrc_projection_workers;
 extern int	esrc_projection_max_attempts;
 extern int	esrc_projection_retry_delay_ms;
 extern int	esrc_projection_retry_max_delay_ms;
+extern int	esrc_projection_batch_delay_ms;
 
 /* the search_path handlers run with */
 #define PROJECTION_SEARCH_PATH	"pg_catalog, pg_temp"

@@ -31,6 +31,10 @@
  * invalidation: the handler may have been fixed) retries it.  The other
  * partitions go on.
  *
+ * After a round that applied events, the worker waits
+ * esrc.projection_batch_delay before the next, so that under load events
+ * gather into batches instead of a transaction per commit.
+ *
  * Idle, the worker sleeps on its latch, registered (subwait.c) for the
  * union of its projections' categories: a commit that appends to one of
  * them wakes it, as it wakes a long poll; sessions that change
@@ -678,7 +682,7 @@ run_batch_safely(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *ne
 /* One round over the projections; true if there may be more to do now. */
 static bool
 run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
-		  TimestampTz *next_retry)
+		  TimestampTz *next_retry, int64 *applied)
 {
 	bool		busy = false;
 	int			i;
@@ -698,6 +702,7 @@ run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
 			n = run_batch_safely(pj, desc, slot, next_retry);
 			if (n <= 0)
 				break;
+			*applied += n;
 			pgstat_report_activity(STATE_IDLE, NULL);
 			if (b == BATCHES_PER_TURN - 1)
 				busy = true;
@@ -723,6 +728,7 @@ worker_loop(int number)
 		Proj	   *projs;
 		int			nprojs;
 		bool		busy;
+		int64		applied = 0;
 		long		timeout;
 
 		ResetLatch(MyLatch);
@@ -754,9 +760,20 @@ worker_loop(int number)
 			unblock_all();
 		}
 		MemoryContextSwitchTo(roundcxt);
-		busy = run_round(projs, nprojs, desc, slot, &next_retry);
+		busy = run_round(projs, nprojs, desc, slot, &next_retry, &applied);
 		if (busy)
 			continue;
+		if (applied > 0 && esrc_projection_batch_delay_ms > 0)
+		{
+			/*
+			 * Let the next events gather: under a steady load a round every
+			 * few milliseconds applies them in one batch instead of a
+			 * transaction per commit.  The latch stays set, so the wait
+			 * below returns at once if a commit came meanwhile.
+			 */
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 esrc_projection_batch_delay_ms, PG_WAIT_EXTENSION);
+		}
 		timeout = esrc_subscription_lease_ms / 3;
 		if (next_retry != 0)
 		{
