@@ -266,6 +266,10 @@ extern struct TupleTableSlot *esrc_log_next(EsrcLogScan *scan);
 extern void esrc_log_end(EsrcLogScan *scan);
 extern Snapshot esrc_caller_snapshot(void);
 
+/* projection.c: the type esrc.event; a function by identity (InvalidOid if none) */
+extern Oid	esrc_event_type_oid(void);
+extern Oid	esrc_lookup_function(const char *identity);
+
 /* catalog lookups shared by append.c and read.c */
 extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);

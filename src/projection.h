@@ -39,8 +39,6 @@ extern PGDLLEXPORT void esrc_projection_worker_main(Datum arg);
 
 /* projection.c */
 extern void esrc_projection_init(void);
-extern Oid	esrc_lookup_function(const char *identity);
-extern Oid	esrc_event_type_oid(void);
 extern const char *esrc_handler_problem(Oid funcoid, bool reset);
 extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);
 

@@ -315,17 +315,6 @@ snapshot_rangevar(FunctionCallInfo fcinfo, int argno)
 	return makeRangeVarFromNameList(textToQualifiedNameList(PG_GETARG_TEXT_PP(argno)));
 }
 
-static Oid
-event_type_oid(void)
-{
-	Oid			typid = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-										CStringGetDatum("event"),
-										ObjectIdGetDatum(esrc_schema_oid()));
-
-	if (!OidIsValid(typid))
-		elog(ERROR, "type esrc.event does not exist");
-	return typid;
-}
 
 /*
  * Why funcoid cannot be a reducer, or NULL if it can.  Never raises an
@@ -358,7 +347,7 @@ reducer_problem(Oid funcoid, Oid event_typid)
 static void
 check_reducer(Oid funcoid)
 {
-	const char *problem = reducer_problem(funcoid, event_type_oid());
+	const char *problem = reducer_problem(funcoid, esrc_event_type_oid());
 
 	if (problem != NULL)
 		ereport(ERROR,
@@ -441,20 +430,6 @@ record_dependencies(Oid relid, Oid reducer)
 }
 
 /* Resolve a stored reducer signature; InvalidOid if it does not exist. */
-static Oid
-lookup_reducer(const char *signature)
-{
-	LOCAL_FCINFO(fcinfo, 1);
-	Datum		result;
-
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = CStringGetTextDatum(signature);
-	fcinfo->args[0].isnull = false;
-	result = to_regprocedure(fcinfo);
-	if (fcinfo->isnull)
-		return InvalidOid;
-	return DatumGetObjectId(result);
-}
 
 /*
  * Enter the context reducers and the code of snapshot tables run in: a GUC
@@ -576,7 +551,7 @@ load_def(SnapshotDef *def, Datum *values)
 	def->owner = relform->relowner;
 	ReleaseSysCache(tp);
 
-	def->reducer = lookup_reducer(def->reducer_name);
+	def->reducer = esrc_lookup_function(def->reducer_name);
 	if (!OidIsValid(def->reducer))
 	{
 		set_broken(def, ERRCODE_UNDEFINED_FUNCTION,
@@ -648,7 +623,7 @@ build_cache(void)
 									  ALLOCSET_SMALL_SIZES);
 	oldcxt = MemoryContextSwitchTo(cache.cxt);
 
-	cache.event_typid = event_type_oid();
+	cache.event_typid = esrc_event_type_oid();
 	cache.event_desc = lookup_rowtype_tupdesc_copy(cache.event_typid, -1);
 	if (cache.event_desc->natts != EVENT_NATTS)
 		elog(ERROR, "type esrc.event has %d attributes, expected %d",
