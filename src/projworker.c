@@ -47,6 +47,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -59,6 +60,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -129,11 +131,90 @@ leave_groups(int code, Datum arg)
 		esrc_lease_leave(&held_keys[i], member);
 }
 
+/*
+ * esrc's tables that the worker's transactions use, each in the strongest
+ * mode any of them takes there, in one fixed order (see begin_xact).
+ */
+static const struct
+{
+	const char *name;
+	LOCKMODE	mode;
+}			worker_tables[] = {
+	{"events", AccessShareLock},
+	{"subscriptions", AccessShareLock},
+	{"subscription_checkpoints", RowExclusiveLock},
+	{"projections", AccessShareLock},
+	{"projection_partitions", RowExclusiveLock},
+};
+
+/* The table worker_tables[i], or InvalidOid once esrc is gone. */
+static Oid
+worker_table(int i)
+{
+	Oid			nsp = get_namespace_oid("esrc", true);
+
+	if (!OidIsValid(nsp))
+		return InvalidOid;
+	return get_relname_relid(worker_tables[i].name, nsp);
+}
+
+/*
+ * Lock every table of worker_tables without waiting.  Returns the index of
+ * the first one that another transaction holds in a conflicting mode, or
+ * -1 when all are locked (or esrc is gone: the caller's next query says so).
+ */
+static int
+lock_worker_tables(void)
+{
+	int			i;
+
+	for (i = 0; i < (int) lengthof(worker_tables); i++)
+	{
+		Oid			relid = worker_table(i);
+
+		if (!OidIsValid(relid))
+			return -1;
+		if (!ConditionalLockRelationOid(relid, worker_tables[i].mode))
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * Start a transaction holding the locks of worker_tables.
+ *
+ * A conflicting lock on one of them is DDL on esrc (DROP or ALTER
+ * EXTENSION, LOCK TABLE).  The worker must not queue behind it while it
+ * holds a lock on another one: DROP EXTENSION locks the tables in the
+ * order of pg_depend, the worker's queries in theirs, and a worker that
+ * held esrc.projections while it waited for esrc.subscriptions deadlocked
+ * with a DROP EXTENSION that held esrc.subscriptions (the DROP failed with
+ * "deadlock detected" after deadlock_timeout).  So the worker takes all
+ * of its locks first, without waiting; on a conflict it ends the
+ * transaction, waits for that one lock in a new one where it holds
+ * nothing else (a wait no deadlock can involve), and tries again.
+ */
 static void
 begin_xact(void)
 {
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
+	int			contended = -1;
+
+	for (;;)
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		if (contended >= 0)
+		{
+			Oid			relid = worker_table(contended);
+
+			if (OidIsValid(relid))
+				LockRelationOid(relid, worker_tables[contended].mode);
+		}
+		contended = lock_worker_tables();
+		if (contended < 0)
+			break;
+		CommitTransactionCommand();
+	}
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 }
