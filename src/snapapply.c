@@ -220,7 +220,7 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 		state = JsonbPGetDatum(def->initial_state);
 
 	check_in_step(def, stream_str, exists, prev, version);
-	newstate = call_reducer(def, state, event);
+	newstate = snap_call_reducer(def, state, event);
 
 	/* an executor state just for the write, as the replication apply has */
 	estate = esrc_make_write_estate(rel, &rri);
@@ -279,7 +279,7 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 	int			rc;
 
 	values[0] = stream;
-	rc = SPI_execute_snapshot(def_plan(def, PLAN_SELECT), values, NULL, snap,
+	rc = SPI_execute_snapshot(snap_def_plan(def, PLAN_SELECT), values, NULL, snap,
 							  InvalidSnapshot, true, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "snapshot row lookup failed: %s", SPI_result_code_string(rc));
@@ -295,10 +295,10 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 	check_in_step(def, stream_str, exists, prev, version);
 
 	values[1] = Int64GetDatum(version);
-	values[2] = call_reducer(def, state, event);
+	values[2] = snap_call_reducer(def, state, event);
 	values[3] = TimestampTzGetDatum(now);
 
-	rc = SPI_execute_snapshot(def_plan(def, exists ? PLAN_UPDATE : PLAN_INSERT),
+	rc = SPI_execute_snapshot(snap_def_plan(def, exists ? PLAN_UPDATE : PLAN_INSERT),
 							  values, NULL, snap, InvalidSnapshot, false, true, 0);
 	if (rc != (exists ? SPI_OK_UPDATE : SPI_OK_INSERT) || SPI_processed != 1)
 		elog(ERROR, "snapshot row write failed: %s", SPI_result_code_string(rc));
@@ -336,21 +336,21 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 
 		for (i = 0; i < entry->count; i++)
 		{
-			SnapshotDef *def = &cache.defs[entry->first + i];
+			SnapshotDef *def = &snap_cache.defs[entry->first + i];
 
 			int			gucs;
 
 			errarg->snapshot = def->relname;
-			raise_if_broken(def);
+			snap_raise_if_broken(def);
 			SetUserIdAndSecContext(def->owner, save_sec_context |
 								   SECURITY_LOCAL_USERID_CHANGE |
 								   SECURITY_RESTRICTED_OPERATION);
-			gucs = enter_reducer_gucs();
+			gucs = snap_enter_reducer_gucs();
 			if (def->direct == 1)
 				apply_event_direct(def, stream, stream_str, version, event, snap, now);
 			else
 				apply_event_spi(def, stream, stream_str, version, event, snap, now);
-			leave_reducer_gucs(gucs);
+			snap_leave_reducer_gucs(gucs);
 			SetUserIdAndSecContext(save_userid, save_sec_context);
 		}
 	}
@@ -396,7 +396,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("esrc.apply_snapshots() must be called as an AFTER INSERT row trigger")));
-	check_not_busy("esrc.append");
+	snap_check_not_busy("esrc.append");
 
 	tuple = trigdata->tg_trigtuple;
 	desc = RelationGetDescr(trigdata->tg_relation);
@@ -420,21 +420,21 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	 * The category lock first: if we had to wait for a create or drop, the
 	 * invalidations it sent at commit are processed before we look.
 	 */
-	if (lock_category(category, ShareLock) != LOCKACQUIRE_ALREADY_HELD)
+	if (snap_lock_category(category, ShareLock) != LOCKACQUIRE_ALREADY_HELD)
 		AcceptInvalidationMessages();
 
 	/* lock the tables; start over if the definitions changed meanwhile */
 	for (attempt = 0;; attempt++)
 	{
-		ensure_cache();
-		if (cache.by_category == NULL)
+		snap_ensure_cache();
+		if (snap_cache.by_category == NULL)
 			return PointerGetDatum(NULL);
-		entry = hash_search(cache.by_category, category, HASH_FIND, NULL);
+		entry = hash_search(snap_cache.by_category, category, HASH_FIND, NULL);
 		if (entry == NULL)
 			return PointerGetDatum(NULL);
 		for (i = 0; i < entry->count; i++)
-			LockRelationOid(cache.defs[entry->first + i].relid, RowExclusiveLock);
-		if (cache.valid)
+			LockRelationOid(snap_cache.defs[entry->first + i].relid, RowExclusiveLock);
+		if (snap_cache.valid)
 			break;
 		if (attempt >= 100)
 			elog(ERROR, "snapshot definitions of category \"%s\" keep changing", category);
@@ -443,14 +443,14 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	version = DatumGetInt64(heap_getattr(tuple, attno(desc, "version"), desc, &isnull));
 	for (i = 0; i < EVENT_NATTS; i++)
 		evvalues[i] = heap_getattr(tuple,
-								   attno(desc, NameStr(TupleDescAttr(cache.event_desc, i)->attname)),
+								   attno(desc, NameStr(TupleDescAttr(snap_cache.event_desc, i)->attname)),
 								   desc, &evnulls[i]);
-	event = make_event(evvalues, evnulls);
+	event = snap_make_event(evvalues, evnulls);
 	now = GetCurrentTimestamp();
 
 	for (i = 0; i < entry->count; i++)
 	{
-		SnapshotDef *def = &cache.defs[entry->first + i];
+		SnapshotDef *def = &snap_cache.defs[entry->first + i];
 
 		if (def->direct < 0 && def->broken_msg == NULL)
 			choose_path(def);
@@ -468,11 +468,11 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	 */
 	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	gucs = enter_reducer_gucs();
+	gucs = snap_enter_reducer_gucs();
 
 	errarg.stream = stream_str;
 	errarg.version = version;
-	errcb.callback = apply_error_callback;
+	errcb.callback = snap_apply_error_callback;
 	errcb.arg = &errarg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
@@ -480,7 +480,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	apply_to_all(entry, &errarg, stream, stream_str, version, event, snap, now);
 
 	error_context_stack = errcb.previous;
-	leave_reducer_gucs(gucs);
+	snap_leave_reducer_gucs(gucs);
 	UnregisterSnapshot(snap);
 	if (use_spi && SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");

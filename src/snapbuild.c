@@ -69,7 +69,7 @@ write_row(SnapshotDef *def, Fold *f, TimestampTz now)
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_plan(def_plan(def, PLAN_INSERT), values, NULL, false, 0);
+	rc = SPI_execute_plan(snap_def_plan(def, PLAN_INSERT), values, NULL, false, 0);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "snapshot row insert failed: %s", SPI_result_code_string(rc));
@@ -105,17 +105,17 @@ replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
 	/* empty the table, as its owner */
 	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_snapshot(def_plan(def, PLAN_DELETE_ALL), NULL, NULL, snap,
+	rc = SPI_execute_snapshot(snap_def_plan(def, PLAN_DELETE_ALL), NULL, NULL, snap,
 							  InvalidSnapshot, false, true, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "snapshot delete failed: %s", SPI_result_code_string(rc));
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 
 	/* read the category's events as the caller, with our snapshot */
-	sort = tuplesort_begin_heap(cache.event_desc, 2, sortcols, sortops, collations,
+	sort = tuplesort_begin_heap(snap_cache.event_desc, 2, sortcols, sortops, collations,
 								nullsfirst, work_mem, NULL, TUPLESORT_NONE);
-	inslot = MakeSingleTupleTableSlot(cache.event_desc, &TTSOpsVirtual);
-	outslot = MakeSingleTupleTableSlot(cache.event_desc, &TTSOpsMinimalTuple);
+	inslot = MakeSingleTupleTableSlot(snap_cache.event_desc, &TTSOpsVirtual);
+	outslot = MakeSingleTupleTableSlot(snap_cache.event_desc, &TTSOpsMinimalTuple);
 	scan = esrc_log_begin(ESRC_LOG_BY_CATEGORY, CStringGetTextDatum(def->category),
 						  PG_INT64_MIN, PG_INT64_MAX, ForwardScanDirection, snap);
 	while ((slot = esrc_log_next(scan)) != NULL)
@@ -141,11 +141,11 @@ replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
 		{
 			if (have_stream)
 				write_row(def, f, now);
-			fold_start(f, stream);
+			snap_fold_start(f, stream);
 			have_stream = true;
 		}
 		pfree(stream);
-		fold_apply(f, outslot->tts_values, outslot->tts_isnull);
+		snap_fold_apply(f, outslot->tts_values, outslot->tts_isnull);
 	}
 	if (have_stream)
 		write_row(def, f, now);
@@ -171,12 +171,12 @@ replay_snapshot(SnapshotDef *def)
 	Oid			save_userid;
 	int			save_sec_context;
 
-	raise_if_broken(def);
+	snap_raise_if_broken(def);
 	snap = RegisterSnapshot(GetLatestSnapshot());
 
-	gucs = enter_reducer_gucs();
+	gucs = snap_enter_reducer_gucs();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	fold_init(&f, def);
+	snap_fold_init(&f, def);
 	snapshot_busy = true;
 	PG_TRY();
 	{
@@ -188,10 +188,10 @@ replay_snapshot(SnapshotDef *def)
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 	}
 	PG_END_TRY();
-	leave_reducer_gucs(gucs);
+	snap_leave_reducer_gucs(gucs);
 	UnregisterSnapshot(snap);
 	applied = f.applied;
-	fold_end(&f);
+	snap_fold_end(&f);
 	return applied;
 }
 
@@ -232,9 +232,9 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 	Oid			argtypes[4] = {REGCLASSOID, TEXTOID, TEXTOID, JSONBOID};
 	Datum		values[4];
 
-	check_not_busy("esrc.create_snapshot()");
+	snap_check_not_busy("esrc.create_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
-	category = check_category(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	category = snap_check_category(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -248,7 +248,7 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 				 errhint("Use '{}' for an empty state.")));
 	initial_state = PG_GETARG_JSONB_P(3);
 
-	check_reducer(reducer);
+	snap_check_reducer(reducer);
 	if (esrc_proc_aclcheck(reducer, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, get_func_name(reducer));
 	if (pg_class_aclcheck(esrc_relation_oid("events"), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
@@ -266,7 +266,7 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 				 errdetail("Appends in every session write the snapshot table.")));
 	qualname = quote_qualified_identifier(get_namespace_name(nsp), rv->relname);
 
-	(void) lock_category(category, ExclusiveLock);
+	(void) snap_lock_category(category, ExclusiveLock);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -289,11 +289,11 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(category);
 	values[2] = CStringGetTextDatum(format_procedure_qualified(reducer));
 	values[3] = JsonbPGetDatum(initial_state);
-	catalog_write("INSERT INTO esrc.snapshots (snapshot, category, reducer, initial_state)"
-				  " VALUES ($1, $2, $3, $4)", 4, argtypes, values, SPI_OK_INSERT);
+	snap_catalog_write("INSERT INTO esrc.snapshots (snapshot, category, reducer, initial_state)"
+					   " VALUES ($1, $2, $3, $4)", 4, argtypes, values, SPI_OK_INSERT);
 	CommandCounterIncrement();
 
-	applied = replay_snapshot(get_def(relid));
+	applied = replay_snapshot(snap_get_def(relid));
 
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
@@ -314,16 +314,16 @@ esrc_rebuild_snapshot(PG_FUNCTION_ARGS)
 	SnapshotDef *def;
 	int64		applied;
 
-	check_not_busy("esrc.rebuild_snapshot()");
+	snap_check_not_busy("esrc.rebuild_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	relid = RangeVarGetRelidExtended(rv, ExclusiveLock, 0, RangeVarCallbackOwnsRelation, NULL);
-	def = get_def(relid);
-	raise_if_broken(def);
+	def = snap_get_def(relid);
+	snap_raise_if_broken(def);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	/* after a restore or pg_upgrade without triggers, they may be missing */
-	record_dependencies(relid, def->reducer);
+	snap_record_dependencies(relid, def->reducer);
 	applied = replay_snapshot(def);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
@@ -345,12 +345,12 @@ esrc_drop_snapshot(PG_FUNCTION_ARGS)
 	Oid			argtypes[1] = {OIDOID};
 	Datum		values[1];
 
-	check_not_busy("esrc.drop_snapshot()");
+	snap_check_not_busy("esrc.drop_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	relid = RangeVarGetRelidExtended(rv, NoLock, 0, RangeVarCallbackOwnsRelation, NULL);
-	def = get_def(relid);
+	def = snap_get_def(relid);
 
-	if (lock_category(def->category, ExclusiveLock) != LOCKACQUIRE_ALREADY_HELD)
+	if (snap_lock_category(def->category, ExclusiveLock) != LOCKACQUIRE_ALREADY_HELD)
 		AcceptInvalidationMessages();
 	if (RangeVarGetRelidExtended(rv, AccessExclusiveLock, 0,
 								 RangeVarCallbackOwnsRelation, NULL) != relid)
@@ -358,14 +358,14 @@ esrc_drop_snapshot(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("snapshot \"%s\" was changed by another session", rv->relname),
 				 errhint("Retry the command.")));
-	def = get_def(relid);
+	def = snap_get_def(relid);
 	qualname = pstrdup(def->qualname);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	values[0] = ObjectIdGetDatum(relid);
-	catalog_write("DELETE FROM esrc.snapshots WHERE snapshot::pg_catalog.oid OPERATOR(pg_catalog.=) $1",
-				  1, argtypes, values, SPI_OK_DELETE);
+	snap_catalog_write("DELETE FROM esrc.snapshots WHERE snapshot::pg_catalog.oid OPERATOR(pg_catalog.=) $1",
+					   1, argtypes, values, SPI_OK_DELETE);
 	run_sql(psprintf("DROP TABLE %s", qualname), SPI_OK_UTILITY);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");

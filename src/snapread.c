@@ -103,7 +103,7 @@ esrc_load(PG_FUNCTION_ARGS)
 	int			gucs;
 	int			rc;
 
-	check_not_busy("esrc.load()");
+	snap_check_not_busy("esrc.load()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	stream = esrc_check_name(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
 							 "stream name", ESRC_MAX_STREAM_NAME);
@@ -112,14 +112,14 @@ esrc_load(PG_FUNCTION_ARGS)
 
 	relid = RangeVarGetRelidExtended(rv, AccessShareLock, 0,
 									 snapshot_read_callback, NULL);
-	def = get_def(relid);
+	def = snap_get_def(relid);
 	check_stream_category(def, stream);
 	initial_state = DatumGetJsonbPCopy(JsonbPGetDatum(def->initial_state));
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	plan = def_plan(def, PLAN_SELECT);
-	gucs = enter_reducer_gucs();
+	plan = snap_def_plan(def, PLAN_SELECT);
+	gucs = snap_enter_reducer_gucs();
 	values[0] = CStringGetTextDatum(stream);
 	snapshot_busy = true;
 	PG_TRY();
@@ -148,7 +148,7 @@ esrc_load(PG_FUNCTION_ARGS)
 		result[0] = JsonbPGetDatum(initial_state);
 		result[1] = Int64GetDatum(-1);
 	}
-	leave_reducer_gucs(gucs);
+	snap_leave_reducer_gucs(gucs);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 
@@ -179,7 +179,7 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	Oid			save_userid;
 	int			save_sec_context;
 
-	check_not_busy("esrc.snapshot_at()");
+	snap_check_not_busy("esrc.snapshot_at()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	stream = esrc_check_name(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
 							 "stream name", ESRC_MAX_STREAM_NAME);
@@ -197,25 +197,25 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 
 	relid = RangeVarGetRelidExtended(rv, AccessShareLock, 0,
 									 snapshot_read_callback, NULL);
-	def = get_def(relid);
-	raise_if_broken(def);
+	def = snap_get_def(relid);
+	snap_raise_if_broken(def);
 	check_stream_category(def, stream);
 
 	snap = esrc_caller_snapshot();
 	scan = esrc_log_begin(ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream),
 						  0, version, ForwardScanDirection, snap);
 
-	gucs = enter_reducer_gucs();
+	gucs = snap_enter_reducer_gucs();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	fold_init(&f, def);
-	fold_start(&f, stream);
+	snap_fold_init(&f, def);
+	snap_fold_start(&f, stream);
 	snapshot_busy = true;
 	PG_TRY();
 	{
 		TupleTableSlot *slot;
 
 		while ((slot = esrc_log_next(scan)) != NULL)
-			fold_apply(&f, slot->tts_values, slot->tts_isnull);
+			snap_fold_apply(&f, slot->tts_values, slot->tts_isnull);
 	}
 	PG_FINALLY();
 	{
@@ -223,7 +223,7 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 	}
 	PG_END_TRY();
-	leave_reducer_gucs(gucs);
+	snap_leave_reducer_gucs(gucs);
 	esrc_log_end(scan);
 	UnregisterSnapshot(snap);
 
@@ -241,6 +241,6 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 		result = PointerGetDatum(PG_DETOAST_DATUM_COPY(f.state));
 		MemoryContextSwitchTo(oldcxt);
 	}
-	fold_end(&f);
+	snap_fold_end(&f);
 	PG_RETURN_DATUM(result);
 }

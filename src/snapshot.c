@@ -152,7 +152,7 @@ PG_FUNCTION_INFO_V1(esrc_merge);
 #define Natts_snapshots_min			4
 
 /* The backend's cache of definitions. */
-SnapshotCache cache;
+SnapshotCache snap_cache;
 
 /* true while reducers run or snapshot tables are written */
 bool		snapshot_busy = false;
@@ -163,7 +163,7 @@ bool		snapshot_busy = false;
  */
 
 void
-check_not_busy(const char *what)
+snap_check_not_busy(const char *what)
 {
 	if (snapshot_busy)
 		ereport(ERROR,
@@ -173,7 +173,7 @@ check_not_busy(const char *what)
 }
 
 LockAcquireResult
-lock_category(const char *category, LOCKMODE mode)
+snap_lock_category(const char *category, LOCKMODE mode)
 {
 	LOCKTAG		tag;
 
@@ -183,7 +183,7 @@ lock_category(const char *category, LOCKMODE mode)
 
 /* A category as given to create_snapshot: a valid name without "-". */
 char *
-check_category(text *value)
+snap_check_category(text *value)
 {
 	char	   *category = esrc_check_name(value, "category", ESRC_MAX_STREAM_NAME);
 
@@ -235,7 +235,7 @@ reducer_problem(Oid funcoid, Oid event_typid)
 }
 
 void
-check_reducer(Oid funcoid)
+snap_check_reducer(Oid funcoid)
 {
 	const char *problem = reducer_problem(funcoid, esrc_event_type_oid());
 
@@ -266,8 +266,8 @@ catalog_owner(Oid catalog_relid)
  * connection).  Callers have checked the caller's right to do it.
  */
 void
-catalog_write(const char *sql, int nargs, Oid *argtypes, Datum *values,
-			  int expected_rc)
+snap_catalog_write(const char *sql, int nargs, Oid *argtypes, Datum *values,
+				   int expected_rc)
 {
 	Oid			save_userid;
 	int			save_sec_context;
@@ -305,7 +305,7 @@ forget_dependencies(Oid relid)
 }
 
 void
-record_dependencies(Oid relid, Oid reducer)
+snap_record_dependencies(Oid relid, Oid reducer)
 {
 	ObjectAddress table;
 	ObjectAddress ext;
@@ -324,17 +324,17 @@ record_dependencies(Oid relid, Oid reducer)
 /*
  * Enter the context reducers and the code of snapshot tables run in: a GUC
  * nest level with search_path pinned.  Returns the nest level for
- * leave_reducer_gucs(), which is only called on success (an error unwinds
+ * snap_leave_reducer_gucs(), which is only called on success (an error unwinds
  * the level with the transaction) and undoes every setting made since,
  * even a plain SET, as REFRESH MATERIALIZED VIEW does for the functions it
  * runs.  search_path is set only when it differs (it does not inside an
  * outer level of ours), so a nested level costs no catalog work.
- * call_reducer() adds a level of its own around each call, and
+ * snap_call_reducer() adds a level of its own around each call, and
  * apply_to_all() one around each snapshot, so that what one owner's code
  * sets never reaches another owner's code, nor the caller.
  */
 int
-enter_reducer_gucs(void)
+snap_enter_reducer_gucs(void)
 {
 	int			level = NewGUCNestLevel();
 
@@ -346,7 +346,7 @@ enter_reducer_gucs(void)
 }
 
 void
-leave_reducer_gucs(int level)
+snap_leave_reducer_gucs(int level)
 {
 	AtEOXact_GUC(false, level);
 }
@@ -361,17 +361,17 @@ snapshot_relcache_callback(Datum arg, Oid relid)
 {
 	int			i;
 
-	if (!cache.valid)
+	if (!snap_cache.valid)
 		return;
-	if (!OidIsValid(relid) || relid == cache.catalog_relid)
+	if (!OidIsValid(relid) || relid == snap_cache.catalog_relid)
 	{
-		cache.valid = false;
+		snap_cache.valid = false;
 		return;
 	}
-	for (i = 0; i < cache.ndefs; i++)
-		if (cache.defs[i].relid == relid)
+	for (i = 0; i < snap_cache.ndefs; i++)
+		if (snap_cache.defs[i].relid == relid)
 		{
-			cache.valid = false;
+			snap_cache.valid = false;
 			return;
 		}
 }
@@ -379,7 +379,7 @@ snapshot_relcache_callback(Datum arg, Oid relid)
 static void
 snapshot_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
-	cache.valid = false;
+	snap_cache.valid = false;
 }
 
 static void
@@ -388,17 +388,17 @@ free_cache(void)
 	int			i,
 				j;
 
-	for (i = 0; i < cache.ndefs; i++)
+	for (i = 0; i < snap_cache.ndefs; i++)
 		for (j = 0; j < NUM_PLANS; j++)
-			if (cache.defs[i].plans[j] != NULL)
-				SPI_freeplan(cache.defs[i].plans[j]);
-	if (cache.cxt != NULL)
-		MemoryContextDelete(cache.cxt);
-	cache.cxt = NULL;
-	cache.ndefs = 0;
-	cache.defs = NULL;
-	cache.by_category = NULL;
-	cache.event_desc = NULL;
+			if (snap_cache.defs[i].plans[j] != NULL)
+				SPI_freeplan(snap_cache.defs[i].plans[j]);
+	if (snap_cache.cxt != NULL)
+		MemoryContextDelete(snap_cache.cxt);
+	snap_cache.cxt = NULL;
+	snap_cache.ndefs = 0;
+	snap_cache.defs = NULL;
+	snap_cache.by_category = NULL;
+	snap_cache.event_desc = NULL;
 }
 
 static void
@@ -450,7 +450,7 @@ load_def(SnapshotDef *def, Datum *values)
 				   pstrdup("The function was renamed, moved to another schema or replaced with a different signature."));
 		return;
 	}
-	problem = reducer_problem(def->reducer, cache.event_typid);
+	problem = reducer_problem(def->reducer, snap_cache.event_typid);
 	if (problem != NULL)
 	{
 		set_broken(def, ERRCODE_DATATYPE_MISMATCH,
@@ -468,7 +468,7 @@ load_def(SnapshotDef *def, Datum *values)
 							def->relname, GetUserNameFromId(def->owner, false)));
 		return;
 	}
-	fmgr_info_cxt(def->reducer, &def->flinfo, cache.cxt);
+	fmgr_info_cxt(def->reducer, &def->flinfo, snap_cache.cxt);
 }
 
 static int
@@ -501,26 +501,26 @@ build_cache(void)
 	HASHCTL		hctl;
 	int			i;
 
-	cache.catalog_relid = OidIsValid(nsp) ? get_relname_relid("snapshots", nsp) : InvalidOid;
-	if (!OidIsValid(cache.catalog_relid))
+	snap_cache.catalog_relid = OidIsValid(nsp) ? get_relname_relid("snapshots", nsp) : InvalidOid;
+	if (!OidIsValid(snap_cache.catalog_relid))
 	{
 		/* extension half-installed or being dropped: nothing to apply */
-		cache.valid = false;
+		snap_cache.valid = false;
 		return;
 	}
 
-	cache.cxt = AllocSetContextCreate(CacheMemoryContext, "esrc snapshot cache",
-									  ALLOCSET_SMALL_SIZES);
-	oldcxt = MemoryContextSwitchTo(cache.cxt);
+	snap_cache.cxt = AllocSetContextCreate(CacheMemoryContext, "esrc snapshot cache",
+										   ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(snap_cache.cxt);
 
-	cache.event_typid = esrc_event_type_oid();
-	cache.event_desc = lookup_rowtype_tupdesc_copy(cache.event_typid, -1);
-	if (cache.event_desc->natts != EVENT_NATTS)
+	snap_cache.event_typid = esrc_event_type_oid();
+	snap_cache.event_desc = lookup_rowtype_tupdesc_copy(snap_cache.event_typid, -1);
+	if (snap_cache.event_desc->natts != EVENT_NATTS)
 		elog(ERROR, "type esrc.event has %d attributes, expected %d",
-			 cache.event_desc->natts, EVENT_NATTS);
+			 snap_cache.event_desc->natts, EVENT_NATTS);
 
-	cache.defs = palloc(sizeof(SnapshotDef) * alloc);
-	rel = table_open(cache.catalog_relid, AccessShareLock);
+	snap_cache.defs = palloc(sizeof(SnapshotDef) * alloc);
+	rel = table_open(snap_cache.catalog_relid, AccessShareLock);
 	if (RelationGetDescr(rel)->natts < Natts_snapshots_min)
 		elog(ERROR, "esrc.snapshots has an unexpected row type");
 	snap = RegisterSnapshot(GetLatestSnapshot());
@@ -531,12 +531,12 @@ build_cache(void)
 		bool	   *nulls = palloc(sizeof(bool) * RelationGetDescr(rel)->natts);
 
 		heap_deform_tuple(tup, RelationGetDescr(rel), values, nulls);
-		if (cache.ndefs == alloc)
+		if (snap_cache.ndefs == alloc)
 		{
 			alloc *= 2;
-			cache.defs = repalloc(cache.defs, sizeof(SnapshotDef) * alloc);
+			snap_cache.defs = repalloc(snap_cache.defs, sizeof(SnapshotDef) * alloc);
 		}
-		load_def(&cache.defs[cache.ndefs++], values);
+		load_def(&snap_cache.defs[snap_cache.ndefs++], values);
 		pfree(values);
 		pfree(nulls);
 	}
@@ -544,18 +544,18 @@ build_cache(void)
 	UnregisterSnapshot(snap);
 	table_close(rel, AccessShareLock);
 
-	qsort(cache.defs, cache.ndefs, sizeof(SnapshotDef), def_cmp);
+	qsort(snap_cache.defs, snap_cache.ndefs, sizeof(SnapshotDef), def_cmp);
 
 	memset(&hctl, 0, sizeof(hctl));
 	hctl.keysize = ESRC_MAX_STREAM_NAME + 1;
 	hctl.entrysize = sizeof(CategoryEntry);
-	hctl.hcxt = cache.cxt;
-	cache.by_category = hash_create("esrc snapshot categories", 16, &hctl,
-									HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-	for (i = 0; i < cache.ndefs; i++)
+	hctl.hcxt = snap_cache.cxt;
+	snap_cache.by_category = hash_create("esrc snapshot categories", 16, &hctl,
+										 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	for (i = 0; i < snap_cache.ndefs; i++)
 	{
 		bool		found;
-		CategoryEntry *e = hash_search(cache.by_category, cache.defs[i].category,
+		CategoryEntry *e = hash_search(snap_cache.by_category, snap_cache.defs[i].category,
 									   HASH_ENTER, &found);
 
 		if (!found)
@@ -573,32 +573,32 @@ build_cache(void)
  * callers check), since it frees the definitions a caller may be using.
  */
 void
-ensure_cache(void)
+snap_ensure_cache(void)
 {
-	if (cache.valid)
+	if (snap_cache.valid)
 		return;
 	Assert(!snapshot_busy);
 
-	if (!cache.callbacks_registered)
+	if (!snap_cache.callbacks_registered)
 	{
 		CacheRegisterRelcacheCallback(snapshot_relcache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(PROCOID, snapshot_syscache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(NAMESPACEOID, snapshot_syscache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(AUTHOID, snapshot_syscache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, snapshot_syscache_callback, (Datum) 0);
-		cache.callbacks_registered = true;
+		snap_cache.callbacks_registered = true;
 	}
 
 	free_cache();
 	/* an invalidation arriving while we build makes the next call rebuild */
-	cache.valid = true;
+	snap_cache.valid = true;
 	PG_TRY();
 	{
 		build_cache();
 	}
 	PG_CATCH();
 	{
-		cache.valid = false;
+		snap_cache.valid = false;
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -609,19 +609,19 @@ find_def(Oid relid)
 {
 	int			i;
 
-	for (i = 0; i < cache.ndefs; i++)
-		if (cache.defs[i].relid == relid)
-			return &cache.defs[i];
+	for (i = 0; i < snap_cache.ndefs; i++)
+		if (snap_cache.defs[i].relid == relid)
+			return &snap_cache.defs[i];
 	return NULL;
 }
 
 /* The definition of the snapshot table relid, or a clear error. */
 SnapshotDef *
-get_def(Oid relid)
+snap_get_def(Oid relid)
 {
 	SnapshotDef *def;
 
-	ensure_cache();
+	snap_ensure_cache();
 	def = find_def(relid);
 	if (def == NULL)
 		ereport(ERROR,
@@ -632,7 +632,7 @@ get_def(Oid relid)
 }
 
 void
-raise_if_broken(SnapshotDef *def)
+snap_raise_if_broken(SnapshotDef *def)
 {
 	if (def->broken_msg != NULL)
 		ereport(ERROR,
@@ -646,7 +646,7 @@ raise_if_broken(SnapshotDef *def)
 
 /* Prepare the SQL of a snapshot table (inside an SPI connection). */
 SPIPlanPtr
-def_plan(SnapshotDef *def, SnapshotPlan which)
+snap_def_plan(SnapshotDef *def, SnapshotPlan which)
 {
 	static Oid	argtypes[4] = {TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID};
 	char	   *sql = NULL;
@@ -692,7 +692,7 @@ def_plan(SnapshotDef *def, SnapshotPlan which)
  */
 
 void
-apply_error_callback(void *arg)
+snap_apply_error_callback(void *arg)
 {
 	ApplyErrorArg *a = (ApplyErrorArg *) arg;
 
@@ -706,7 +706,7 @@ apply_error_callback(void *arg)
  * has entered the reducer GUC context and set snapshot_busy.
  */
 Datum
-call_reducer(SnapshotDef *def, Datum state, Datum event)
+snap_call_reducer(SnapshotDef *def, Datum state, Datum event)
 {
 	LOCAL_FCINFO(fcinfo, 2);
 	Datum		result;
@@ -744,13 +744,13 @@ call_reducer(SnapshotDef *def, Datum state, Datum event)
 
 /* Build an esrc.event datum (CurrentMemoryContext) from its 8 columns. */
 Datum
-make_event(Datum *values, bool *nulls)
+snap_make_event(Datum *values, bool *nulls)
 {
-	return HeapTupleGetDatum(heap_form_tuple(cache.event_desc, values, nulls));
+	return HeapTupleGetDatum(heap_form_tuple(snap_cache.event_desc, values, nulls));
 }
 
 void
-fold_init(Fold *f, SnapshotDef *def)
+snap_fold_init(Fold *f, SnapshotDef *def)
 {
 	memset(f, 0, sizeof(*f));
 	f->def = def;
@@ -767,7 +767,7 @@ fold_init(Fold *f, SnapshotDef *def)
 
 /* Start the fold of a new stream from the initial state. */
 void
-fold_start(Fold *f, const char *stream)
+snap_fold_start(Fold *f, const char *stream)
 {
 	Size		size = VARSIZE(f->def->initial_state);
 
@@ -788,7 +788,7 @@ fold_start(Fold *f, const char *stream)
  * everything else is freed, so a fold of any length runs in bounded memory.
  */
 void
-fold_apply(Fold *f, Datum *values, bool *nulls)
+snap_fold_apply(Fold *f, Datum *values, bool *nulls)
 {
 	int64		version = DatumGetInt64(values[2]);
 	MemoryContext oldcxt;
@@ -804,13 +804,13 @@ fold_apply(Fold *f, Datum *values, bool *nulls)
 				 errdetail("The next stored event has version " INT64_FORMAT ".", version)));
 
 	f->errarg.version = version;
-	errcb.callback = apply_error_callback;
+	errcb.callback = snap_apply_error_callback;
 	errcb.arg = &f->errarg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
 	oldcxt = MemoryContextSwitchTo(f->evcxt);
-	newstate = call_reducer(f->def, f->state, make_event(values, nulls));
+	newstate = snap_call_reducer(f->def, f->state, snap_make_event(values, nulls));
 	MemoryContextSwitchTo(f->statecxt[next]);
 	newstate = PointerGetDatum(PG_DETOAST_DATUM_COPY(newstate));
 	MemoryContextSwitchTo(oldcxt);
@@ -826,7 +826,7 @@ fold_apply(Fold *f, Datum *values, bool *nulls)
 }
 
 void
-fold_end(Fold *f)
+snap_fold_end(Fold *f)
 {
 	MemoryContextDelete(f->evcxt);
 	MemoryContextDelete(f->streamcxt);
@@ -905,10 +905,10 @@ validate_catalog_row(Relation rel, HeapTuple tuple)
 			return tuple;		/* the NOT NULL constraint reports it */
 	}
 	check_snapshot_table(DatumGetObjectId(values[Anum_snapshots_snapshot - 1]));
-	(void) check_category(DatumGetTextPP(values[Anum_snapshots_category - 1]));
+	(void) snap_check_category(DatumGetTextPP(values[Anum_snapshots_category - 1]));
 	given = TextDatumGetCString(values[Anum_snapshots_reducer - 1]);
 	reducer = DatumGetObjectId(DirectFunctionCall1(regprocedurein, CStringGetDatum(given)));
-	check_reducer(reducer);
+	snap_check_reducer(reducer);
 
 	canonical = format_procedure_qualified(reducer);
 	if (strcmp(canonical, given) != 0)
@@ -958,8 +958,8 @@ esrc_snapshots_catalog(PG_FUNCTION_ARGS)
 															   RelationGetDescr(td->tg_relation),
 															   &isnull));
 
-		record_dependencies(relid, DatumGetObjectId(DirectFunctionCall1(regprocedurein,
-																		CStringGetDatum(reducer))));
+		snap_record_dependencies(relid, DatumGetObjectId(DirectFunctionCall1(regprocedurein,
+																			 CStringGetDatum(reducer))));
 	}
 	else
 		forget_dependencies(relid);
@@ -993,12 +993,12 @@ esrc_snapshots_sql_drop(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	values[0] = ObjectIdGetDatum(RelationRelationId);
-	catalog_write("DELETE FROM esrc.snapshots s"
-				  " USING pg_catalog.pg_event_trigger_dropped_objects() d"
-				  " WHERE d.classid OPERATOR(pg_catalog.=) $1"
-				  " AND d.objsubid OPERATOR(pg_catalog.=) 0"
-				  " AND d.objid OPERATOR(pg_catalog.=) s.snapshot::pg_catalog.oid",
-				  1, argtypes, values, SPI_OK_DELETE);
+	snap_catalog_write("DELETE FROM esrc.snapshots s"
+					   " USING pg_catalog.pg_event_trigger_dropped_objects() d"
+					   " WHERE d.classid OPERATOR(pg_catalog.=) $1"
+					   " AND d.objsubid OPERATOR(pg_catalog.=) 0"
+					   " AND d.objid OPERATOR(pg_catalog.=) s.snapshot::pg_catalog.oid",
+					   1, argtypes, values, SPI_OK_DELETE);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_VOID();

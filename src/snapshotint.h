@@ -92,7 +92,7 @@ typedef struct SnapshotCache
 } SnapshotCache;
 
 /* The backend's cache of definitions (snapshot.c). */
-extern SnapshotCache cache;
+extern SnapshotCache snap_cache;
 
 /* true while reducers run or snapshot tables are written */
 extern bool snapshot_busy;
@@ -122,30 +122,30 @@ typedef struct Fold
 
 
 /* snapshot.c: small helpers */
-extern void check_not_busy(const char *what);
-extern LockAcquireResult lock_category(const char *category, LOCKMODE mode);
-extern char *check_category(text *value);
+extern void snap_check_not_busy(const char *what);
+extern LockAcquireResult snap_lock_category(const char *category, LOCKMODE mode);
+extern char *snap_check_category(text *value);
 extern RangeVar *snapshot_rangevar(FunctionCallInfo fcinfo, int argno);
-extern void check_reducer(Oid funcoid);
-extern void catalog_write(const char *sql, int nargs, Oid *argtypes,
-						  Datum *values, int expected_rc);
-extern void record_dependencies(Oid relid, Oid reducer);
-extern int	enter_reducer_gucs(void);
-extern void leave_reducer_gucs(int level);
+extern void snap_check_reducer(Oid funcoid);
+extern void snap_catalog_write(const char *sql, int nargs, Oid *argtypes,
+							   Datum *values, int expected_rc);
+extern void snap_record_dependencies(Oid relid, Oid reducer);
+extern int	snap_enter_reducer_gucs(void);
+extern void snap_leave_reducer_gucs(int level);
 
 /* snapshot.c: the cache of definitions */
-extern void ensure_cache(void);
-extern SnapshotDef *get_def(Oid relid);
-extern void raise_if_broken(SnapshotDef *def);
-extern SPIPlanPtr def_plan(SnapshotDef *def, SnapshotPlan which);
+extern void snap_ensure_cache(void);
+extern SnapshotDef *snap_get_def(Oid relid);
+extern void snap_raise_if_broken(SnapshotDef *def);
+extern SPIPlanPtr snap_def_plan(SnapshotDef *def, SnapshotPlan which);
 
 /* snapshot.c: calling reducers, the fold of a stream */
-extern void apply_error_callback(void *arg);
-extern Datum call_reducer(SnapshotDef *def, Datum state, Datum event);
-extern Datum make_event(Datum *values, bool *nulls);
-extern void fold_init(Fold *f, SnapshotDef *def);
-extern void fold_start(Fold *f, const char *stream);
-extern void fold_apply(Fold *f, Datum *values, bool *nulls);
-extern void fold_end(Fold *f);
+extern void snap_apply_error_callback(void *arg);
+extern Datum snap_call_reducer(SnapshotDef *def, Datum state, Datum event);
+extern Datum snap_make_event(Datum *values, bool *nulls);
+extern void snap_fold_init(Fold *f, SnapshotDef *def);
+extern void snap_fold_start(Fold *f, const char *stream);
+extern void snap_fold_apply(Fold *f, Datum *values, bool *nulls);
+extern void snap_fold_end(Fold *f);
 
 #endif							/* ESRC_SNAPSHOTINT_H */
