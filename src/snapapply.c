@@ -363,6 +363,35 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 }
 
 /*
+ * Lock every snapshot table of category (RowExclusiveLock), and return the
+ * category's entry in the cache, or NULL when it has no snapshot; start
+ * over if the definitions changed meanwhile.
+ */
+static CategoryEntry *
+lock_snapshot_tables(const char *category)
+{
+	CategoryEntry *entry;
+	int			attempt;
+	int			i;
+
+	for (attempt = 0;; attempt++)
+	{
+		snap_ensure_cache();
+		if (snap_cache.by_category == NULL)
+			return NULL;
+		entry = hash_search(snap_cache.by_category, category, HASH_FIND, NULL);
+		if (entry == NULL)
+			return NULL;
+		for (i = 0; i < entry->count; i++)
+			LockRelationOid(snap_cache.defs[entry->first + i].relid, RowExclusiveLock);
+		if (snap_cache.valid)
+			return entry;
+		if (attempt >= 100)
+			elog(ERROR, "snapshot definitions of category \"%s\" keep changing", category);
+	}
+}
+
+/*
  * esrc.apply_snapshots(): AFTER INSERT FOR EACH ROW on esrc.events.
  */
 Datum
@@ -382,7 +411,6 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	Datum		event;
 	Snapshot	snap;
 	TimestampTz now;
-	int			attempt;
 	int			i;
 	int			gucs;
 	ErrorContextCallback errcb;
@@ -423,22 +451,9 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	if (snap_lock_category(category, ShareLock) != LOCKACQUIRE_ALREADY_HELD)
 		AcceptInvalidationMessages();
 
-	/* lock the tables; start over if the definitions changed meanwhile */
-	for (attempt = 0;; attempt++)
-	{
-		snap_ensure_cache();
-		if (snap_cache.by_category == NULL)
-			return PointerGetDatum(NULL);
-		entry = hash_search(snap_cache.by_category, category, HASH_FIND, NULL);
-		if (entry == NULL)
-			return PointerGetDatum(NULL);
-		for (i = 0; i < entry->count; i++)
-			LockRelationOid(snap_cache.defs[entry->first + i].relid, RowExclusiveLock);
-		if (snap_cache.valid)
-			break;
-		if (attempt >= 100)
-			elog(ERROR, "snapshot definitions of category \"%s\" keep changing", category);
-	}
+	entry = lock_snapshot_tables(category);
+	if (entry == NULL)
+		return PointerGetDatum(NULL);
 
 	version = DatumGetInt64(heap_getattr(tuple, attno(desc, "version"), desc, &isnull));
 	for (i = 0; i < EVENT_NATTS; i++)
