@@ -46,3 +46,4 @@ $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) $(EXTENSION).control
 	  for f in $(SQL_PARTS); do echo; echo "-- from $$f"; cat $$f; done ) > $@
 
 $(OBJS): src/esrc.h
+$(filter src/snap%.o,$(OBJS)): src/snapshotint.h

@@ -26,12 +26,12 @@
  * No SQL runs here: the lookups are index scans, and the rows go in
  * through the executor's simple insert (what logical replication's apply
  * uses), so constraints, all indexes and the row triggers of esrc.events
- * -- the snapshot trigger of snapshot.c -- are handled as by an INSERT,
+ * -- the snapshot trigger of snapapply.c -- are handled as by an INSERT,
  * without parsing, planning or SPI.  Nothing depends on search_path, so
  * the functions need neither SECURITY DEFINER nor a SET clause: writers
  * hold no privilege on esrc.events, EXECUTE on esrc.append/append_batch
  * is the check, and triggers on esrc.events run as the caller, as for any
- * INSERT (snapshot.c's trigger then writes each snapshot table as that
+ * INSERT (snapapply.c's trigger then writes each snapshot table as that
  * table's owner, security-restricted).  order.c refuses positions while
  * esrc.position_seq is not CACHE 1 / increasing / NO CYCLE.
  *
@@ -438,8 +438,8 @@ find_unique_index(ResultRelInfo *rri, AttrNumber att1, AttrNumber att2,
  * An executor state for writing rel (locked RowExclusiveLock by the
  * caller) with ExecSimpleRelationInsert/Update, as logical replication's
  * apply sets one up: one range table entry, one result relation, its
- * indexes open.  *rri is the result relation.  snapshot.c writes snapshot
- * rows with it too.  Free it with esrc_free_write_estate().
+ * indexes open.  *rri is the result relation.  snapapply.c writes
+ * snapshot rows with it too.  Free it with esrc_free_write_estate().
  */
 EState *
 esrc_make_write_estate(Relation rel, ResultRelInfo **rri)
@@ -489,7 +489,7 @@ esrc_check_log_rowtype(Relation rel)
 /*
  * Open the log for one append: an executor state just for the inserts, as
  * logical replication's apply has, so that constraints, every index and
- * the row triggers of esrc.events (snapshot.c) are handled as by an
+ * the row triggers of esrc.events (snapapply.c) are handled as by an
  * INSERT, without planning or SPI.  Writers hold no privilege on the
  * table: the function's EXECUTE privilege is the check, and the rows are
  * written by this code, not by SQL the caller could influence.
@@ -656,8 +656,9 @@ raise_version_conflict(const char *stream, int64 expected, int64 head)
 
 /*
  * The lock tag of a stream or category name in key space "space": a 64-bit
- * hash of the name in this database.  snapshot.c uses it too, to take
- * category locks and to recognize events appended under the stream lock.
+ * hash of the name in this database.  The snapshot code uses it too, to
+ * take category locks (snapshot.c) and to recognize events appended under
+ * the stream lock (snapapply.c).
  */
 void
 esrc_name_locktag(LOCKTAG *tag, const char *name, uint16 space)
@@ -695,7 +696,7 @@ expected_matches(int64 expected, int64 head)
  * Insert events[0 .. nevents-1] with versions first_version, first_version
  * + 1, ..., taking their global positions from order.c in version order.
  * Row triggers fire as for one INSERT statement: the AFTER ROW triggers
- * (snapshot.c) once every row is in, in version order.
+ * (snapapply.c) once every row is in, in version order.
  */
 static void
 insert_events(EventLog *log, Oid seqoid, text *stream, text *category,

@@ -248,8 +248,9 @@ extern char *esrc_stream_category(const char *stream);
 
 /*
  * read.c: index scans of esrc.events, for the read functions and for
- * snapshot.c's replays.  The first ESRC_EVENT_NATTS columns of esrc.events
- * are the columns of the row type esrc.event.
+ * the snapshot replays (snapbuild.c, snapread.c).  The first
+ * ESRC_EVENT_NATTS columns of esrc.events are the columns of the row type
+ * esrc.event.
  */
 #define ESRC_EVENT_NATTS 8
 typedef enum EsrcLogOrder

@@ -3,7 +3,7 @@
  * read.c
  *	  The read path: read_stream(), read_stream_backward(), read_all(),
  *	  read_category(), stream_version() and safe_position(), and the index
- *	  scans of the event log that snapshot.c replays from.
+ *	  scans of the event log that the snapshot code replays from.
  *
  * No SQL runs here.  Every read is an index scan of esrc.events on the
  * index that matches it, with the index's own operators, as append.c's
@@ -35,8 +35,8 @@
  * older transaction snapshot, and never the caller's own uncommitted
  * appends.
  *
- * Talks to: order.c (the horizon), append.c (name checks), snapshot.c
- * (which replays through esrc_log_begin/next/end).
+ * Talks to: order.c (the horizon), append.c (name checks), snapbuild.c
+ * and snapread.c (which replay through esrc_log_begin/next/end).
  *
  *-------------------------------------------------------------------------
  */

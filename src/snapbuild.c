@@ -1,0 +1,373 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapbuild.c
+ *	  Filling a snapshot table from the event log, and the functions that
+ *	  do it: esrc.create_snapshot, esrc.rebuild_snapshot, and
+ *	  esrc.drop_snapshot.
+ *
+ * A replay empties the table, reads the category's events with read.c's
+ * index scan, sorts them by stream and version in a tuplesort (bounded
+ * memory), folds each stream through the reducer (snapshot.c) and writes
+ * one row per stream through SPI as the table's owner.  The locks that
+ * make it safe against concurrent appends -- the category lock taken by
+ * create and drop, ExclusiveLock on the table taken by rebuild -- and
+ * what runs as whom are described at the top of snapshot.c.
+ *
+ * Talks to: snapshot.c (definitions, locks, checks, the catalog writes,
+ * the fold, through snapshotint.h), read.c (the category's index scan),
+ * src/sql/10_snapshot.sql (the SQL functions).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_type.h"
+#include "commands/tablecmds.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/tuplesort.h"
+
+#include "esrc.h"
+#include "snapshotint.h"
+
+PG_FUNCTION_INFO_V1(esrc_create_snapshot);
+PG_FUNCTION_INFO_V1(esrc_rebuild_snapshot);
+PG_FUNCTION_INFO_V1(esrc_drop_snapshot);
+
+/* ----------------------------------------------------------------
+ * Replaying the event log into a snapshot table
+ * ----------------------------------------------------------------
+ */
+
+static void
+write_row(SnapshotDef *def, Fold *f, TimestampTz now)
+{
+	Datum		values[4];
+	int			rc;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	values[0] = CStringGetTextDatum(f->stream);
+	values[1] = Int64GetDatum(f->next_version - 1);
+	values[2] = f->state;
+	values[3] = TimestampTzGetDatum(now);
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_plan(snap_def_plan(def, PLAN_INSERT), values, NULL, false, 0);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "snapshot row insert failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * The body of replay_snapshot(), inside its PG_TRY: empty the table, then
+ * fold the category's events stream by stream, writing one row per stream.
+ *
+ * The events are read, as the caller, by an index scan of the category in
+ * esrc.events (read.c), so the cost follows the size of the category, not
+ * of the log, and sorted by stream (in the "C" order, the cheapest) and
+ * version in a tuplesort, which spills to disk past work_mem: bounded
+ * memory for a category of any size.
+ */
+static void
+replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
+			  Oid save_userid, int save_sec_context)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	AttrNumber	sortcols[2] = {2, 3};	/* stream, version */
+	Oid			sortops[2] = {TextLessOperator, Int8LessOperator};
+	Oid			collations[2] = {C_COLLATION_OID, InvalidOid};
+	bool		nullsfirst[2] = {false, false};
+	Tuplesortstate *sort;
+	TupleTableSlot *inslot;
+	TupleTableSlot *outslot;
+	TupleTableSlot *slot;
+	EsrcLogScan *scan;
+	bool		have_stream = false;
+	int			rc;
+
+	/* empty the table, as its owner */
+	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_snapshot(snap_def_plan(def, PLAN_DELETE_ALL), NULL, NULL, snap,
+							  InvalidSnapshot, false, true, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "snapshot delete failed: %s", SPI_result_code_string(rc));
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+
+	/* read the category's events as the caller, with our snapshot */
+	sort = tuplesort_begin_heap(snap_cache.event_desc, 2, sortcols, sortops, collations,
+								nullsfirst, work_mem, NULL, TUPLESORT_NONE);
+	inslot = MakeSingleTupleTableSlot(snap_cache.event_desc, &TTSOpsVirtual);
+	outslot = MakeSingleTupleTableSlot(snap_cache.event_desc, &TTSOpsMinimalTuple);
+	scan = esrc_log_begin(ESRC_LOG_BY_CATEGORY, CStringGetTextDatum(def->category),
+						  PG_INT64_MIN, PG_INT64_MAX, ForwardScanDirection, snap);
+	while ((slot = esrc_log_next(scan)) != NULL)
+	{
+		ExecClearTuple(inslot);
+		memcpy(inslot->tts_values, slot->tts_values, sizeof(Datum) * EVENT_NATTS);
+		memcpy(inslot->tts_isnull, slot->tts_isnull, sizeof(bool) * EVENT_NATTS);
+		ExecStoreVirtualTuple(inslot);
+		tuplesort_puttupleslot(sort, inslot);
+	}
+	esrc_log_end(scan);
+	ExecDropSingleTupleTableSlot(inslot);
+	tuplesort_performsort(sort);
+
+	while (tuplesort_gettupleslot(sort, true, false, outslot, NULL))
+	{
+		char	   *stream;
+
+		CHECK_FOR_INTERRUPTS();
+		slot_getallattrs(outslot);
+		stream = TextDatumGetCString(outslot->tts_values[1]);
+		if (!have_stream || strcmp(stream, f->stream) != 0)
+		{
+			if (have_stream)
+				write_row(def, f, now);
+			snap_fold_start(f, stream);
+			have_stream = true;
+		}
+		pfree(stream);
+		snap_fold_apply(f, outslot->tts_values, outslot->tts_isnull);
+	}
+	if (have_stream)
+		write_row(def, f, now);
+	ExecDropSingleTupleTableSlot(outslot);
+	tuplesort_end(sort);
+}
+
+/*
+ * Recompute the table of def from the stored events of its category.  The
+ * caller holds the category lock (create) or ExclusiveLock on the table
+ * (rebuild), so no append of the category can write the table until we
+ * commit, and has an SPI connection.  We read with a snapshot taken now,
+ * after those locks, whatever the isolation level: it sees every append
+ * that wrote the table before us.  Returns the number of events applied.
+ */
+static int64
+replay_snapshot(SnapshotDef *def)
+{
+	Snapshot	snap;
+	Fold		f;
+	int64		applied;
+	int			gucs;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	snap_raise_if_broken(def);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+
+	gucs = snap_enter_reducer_gucs();
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	snap_fold_init(&f, def);
+	snapshot_busy = true;
+	PG_TRY();
+	{
+		replay_events(def, snap, &f, save_userid, save_sec_context);
+	}
+	PG_FINALLY();
+	{
+		snapshot_busy = false;
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+	PG_END_TRY();
+	snap_leave_reducer_gucs(gucs);
+	UnregisterSnapshot(snap);
+	applied = f.applied;
+	snap_fold_end(&f);
+	return applied;
+}
+
+/* ----------------------------------------------------------------
+ * Creating, rebuilding and dropping snapshots
+ * ----------------------------------------------------------------
+ */
+
+static void
+run_sql(const char *sql, int expected_rc)
+{
+	int			rc = SPI_execute(sql, false, 0);
+
+	if (rc != expected_rc)
+		elog(ERROR, "\"%s\" failed: %s", sql, SPI_result_code_string(rc));
+}
+
+/*
+ * esrc.create_snapshot(snapshot, category, reducer, initial_state)
+ *
+ * The table is created by the caller (who owns it, and whose reducer and
+ * table rights are checked); only the catalog row is written as the owner
+ * of esrc.snapshots.  Holds the category lock in ExclusiveLock mode until
+ * the transaction ends: appends to the category wait, then see the new
+ * snapshot and its filled rows.
+ */
+Datum
+esrc_create_snapshot(PG_FUNCTION_ARGS)
+{
+	RangeVar   *rv;
+	char	   *category;
+	Oid			reducer;
+	Jsonb	   *initial_state;
+	Oid			nsp;
+	char	   *qualname;
+	Oid			relid;
+	int64		applied;
+	Oid			argtypes[4] = {REGCLASSOID, TEXTOID, TEXTOID, JSONBOID};
+	Datum		values[4];
+
+	snap_check_not_busy("esrc.create_snapshot()");
+	rv = snapshot_rangevar(fcinfo, 0);
+	category = snap_check_category(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("reducer must not be null"),
+				 errhint("Pass a function such as 'esrc.merge(jsonb, esrc.event)'.")));
+	reducer = PG_GETARG_OID(2);
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("initial_state must not be null"),
+				 errhint("Use '{}' for an empty state.")));
+	initial_state = PG_GETARG_JSONB_P(3);
+
+	snap_check_reducer(reducer);
+	if (esrc_proc_aclcheck(reducer, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, get_func_name(reducer));
+	if (pg_class_aclcheck(esrc_relation_oid("events"), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for table esrc.events"),
+				 errdetail("A new snapshot is filled from the stored events of its category."),
+				 errhint("Grant esrc_reader to the role.")));
+
+	nsp = RangeVarGetCreationNamespace(rv);
+	if (isAnyTempNamespace(nsp))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("snapshot tables cannot be temporary"),
+				 errdetail("Appends in every session write the snapshot table.")));
+	qualname = quote_qualified_identifier(get_namespace_name(nsp), rv->relname);
+
+	(void) snap_lock_category(category, ExclusiveLock);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	run_sql(psprintf("CREATE TABLE %s (stream pg_catalog.text PRIMARY KEY,"
+					 " version pg_catalog.int8 NOT NULL,"
+					 " state pg_catalog.jsonb NOT NULL,"
+					 " updated_at pg_catalog.timestamptz NOT NULL)", qualname),
+			SPI_OK_UTILITY);
+	CommandCounterIncrement();
+	relid = get_relname_relid(rv->relname, nsp);
+	if (!OidIsValid(relid))
+		elog(ERROR, "snapshot table %s was not created", qualname);
+	run_sql(psprintf("COMMENT ON TABLE %s IS %s", qualname,
+					 quote_literal_cstr(psprintf("esrc snapshot of category \"%s\", reduced by %s; written by esrc only.",
+												 category, format_procedure_qualified(reducer)))),
+			SPI_OK_UTILITY);
+	run_sql(psprintf("GRANT SELECT ON TABLE %s TO esrc_reader", qualname), SPI_OK_UTILITY);
+
+	values[0] = ObjectIdGetDatum(relid);
+	values[1] = CStringGetTextDatum(category);
+	values[2] = CStringGetTextDatum(format_procedure_qualified(reducer));
+	values[3] = JsonbPGetDatum(initial_state);
+	snap_catalog_write("INSERT INTO esrc.snapshots (snapshot, category, reducer, initial_state)"
+					   " VALUES ($1, $2, $3, $4)", 4, argtypes, values, SPI_OK_INSERT);
+	CommandCounterIncrement();
+
+	applied = replay_snapshot(snap_get_def(relid));
+
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_INT64(applied);
+}
+
+/*
+ * esrc.rebuild_snapshot(snapshot): owner or superuser.  ExclusiveLock on
+ * the table until the transaction ends: readers go on (and see the old
+ * rows until we commit); appends to the category wait in the trigger and
+ * then apply their event on top of the rebuilt rows.
+ */
+Datum
+esrc_rebuild_snapshot(PG_FUNCTION_ARGS)
+{
+	RangeVar   *rv;
+	Oid			relid;
+	SnapshotDef *def;
+	int64		applied;
+
+	snap_check_not_busy("esrc.rebuild_snapshot()");
+	rv = snapshot_rangevar(fcinfo, 0);
+	relid = RangeVarGetRelidExtended(rv, ExclusiveLock, 0, RangeVarCallbackOwnsRelation, NULL);
+	def = snap_get_def(relid);
+	snap_raise_if_broken(def);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	/* after a restore or pg_upgrade without triggers, they may be missing */
+	snap_record_dependencies(relid, def->reducer);
+	applied = replay_snapshot(def);
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_INT64(applied);
+}
+
+/*
+ * esrc.drop_snapshot(snapshot): owner or superuser.  Takes the category
+ * lock like create_snapshot, then AccessExclusiveLock on the table (in
+ * that order, the order appends take them).
+ */
+Datum
+esrc_drop_snapshot(PG_FUNCTION_ARGS)
+{
+	RangeVar   *rv;
+	Oid			relid;
+	SnapshotDef *def;
+	char	   *qualname;
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1];
+
+	snap_check_not_busy("esrc.drop_snapshot()");
+	rv = snapshot_rangevar(fcinfo, 0);
+	relid = RangeVarGetRelidExtended(rv, NoLock, 0, RangeVarCallbackOwnsRelation, NULL);
+	def = snap_get_def(relid);
+
+	if (snap_lock_category(def->category, ExclusiveLock) != LOCKACQUIRE_ALREADY_HELD)
+		AcceptInvalidationMessages();
+	if (RangeVarGetRelidExtended(rv, AccessExclusiveLock, 0,
+								 RangeVarCallbackOwnsRelation, NULL) != relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("snapshot \"%s\" was changed by another session", rv->relname),
+				 errhint("Retry the command.")));
+	def = snap_get_def(relid);
+	qualname = pstrdup(def->qualname);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	values[0] = ObjectIdGetDatum(relid);
+	snap_catalog_write("DELETE FROM esrc.snapshots WHERE snapshot::pg_catalog.oid OPERATOR(pg_catalog.=) $1",
+					   1, argtypes, values, SPI_OK_DELETE);
+	run_sql(psprintf("DROP TABLE %s", qualname), SPI_OK_UTILITY);
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_VOID();
+}
