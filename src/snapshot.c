@@ -319,8 +319,6 @@ snap_record_dependencies(Oid relid, Oid reducer)
 	recordDependencyOn(&table, &func, DEPENDENCY_NORMAL);
 }
 
-/* Resolve a stored reducer signature; InvalidOid if it does not exist. */
-
 /*
  * Enter the context reducers and the code of snapshot tables run in: a GUC
  * nest level with search_path pinned.  Returns the nest level for
