@@ -166,8 +166,8 @@ prepare_direct(SnapshotDef *def, Relation rel)
 }
 
 /* prepare_direct(), and say which way it chose (for tests: DEBUG1). */
-static void
-choose_path(SnapshotDef *def)
+void
+snap_choose_path(SnapshotDef *def)
 {
 	Relation	rel = table_open(def->relid, NoLock);	/* locked by the caller */
 
@@ -468,7 +468,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 		SnapshotDef *def = &snap_cache.defs[entry->first + i];
 
 		if (def->direct < 0 && def->broken_msg == NULL)
-			choose_path(def);
+			snap_choose_path(def);
 		if (def->direct != 1)
 			use_spi = true;
 	}

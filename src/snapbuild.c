@@ -1,17 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * snapbuild.c
- *	  Filling a snapshot table from the event log, and the functions that
- *	  do it: esrc.create_snapshot, esrc.rebuild_snapshot, and
- *	  esrc.drop_snapshot.
+ *	  Filling a snapshot table from the event log in place, and the
+ *	  functions that do it: esrc.create_snapshot and esrc.drop_snapshot;
+ *	  the fold of a category that esrc.rebuild_snapshot (snaprebuild.c)
+ *	  shares.
  *
- * A replay empties the table, reads the category's events with read.c's
- * index scan, sorts them by stream and version in a tuplesort (bounded
- * memory), folds each stream through the reducer (snapshot.c) and writes
- * one row per stream through SPI as the table's owner.  The locks that
- * make it safe against concurrent appends -- the category lock taken by
- * create and drop, ExclusiveLock on the table taken by rebuild -- and
- * what runs as whom are described at the top of snapshot.c.
+ * A replay reads the category's events with read.c's index scan, sorts
+ * them by stream and version in a tuplesort (bounded memory), folds each
+ * stream through the reducer (snapshot.c) and hands one row per stream to
+ * a writer: here, an INSERT through SPI as the table's owner after the
+ * table was emptied; in snaprebuild.c, a heap insert into a new heap.
+ * The locks that make it safe against concurrent appends -- the category
+ * lock taken by create and drop, and those of rebuild -- and what runs as
+ * whom are described at the top of snapshot.c.
  *
  * Talks to: snapshot.c (definitions, locks, checks, the catalog writes,
  * the fold, through snapshotint.h), read.c (the category's index scan),
@@ -46,7 +48,6 @@
 #include "snapshotint.h"
 
 PG_FUNCTION_INFO_V1(esrc_create_snapshot);
-PG_FUNCTION_INFO_V1(esrc_rebuild_snapshot);
 PG_FUNCTION_INFO_V1(esrc_drop_snapshot);
 
 /* ----------------------------------------------------------------
@@ -54,9 +55,11 @@ PG_FUNCTION_INFO_V1(esrc_drop_snapshot);
  * ----------------------------------------------------------------
  */
 
+/* A SnapRowWriter: insert the fold's row through SQL, as the table's owner. */
 static void
-write_row(SnapshotDef *def, Fold *f, TimestampTz now)
+write_row(Fold *f, TimestampTz now, void *arg)
 {
+	SnapshotDef *def = f->def;
 	Datum		values[4];
 	int			rc;
 	Oid			save_userid;
@@ -76,8 +79,9 @@ write_row(SnapshotDef *def, Fold *f, TimestampTz now)
 }
 
 /*
- * The body of replay_snapshot(), inside its PG_TRY: empty the table, then
- * fold the category's events stream by stream, writing one row per stream.
+ * Fold the category's events at positions <= hi, stream by stream, and
+ * hand each stream's final state to write (then f->stream, f->state and
+ * f->next_version - 1 describe the row).  Runs inside snap_with_fold().
  *
  * The events are read, as the caller, by an index scan of the category in
  * esrc.events (read.c), so the cost follows the size of the category, not
@@ -85,9 +89,8 @@ write_row(SnapshotDef *def, Fold *f, TimestampTz now)
  * version in a tuplesort, which spills to disk past work_mem: bounded
  * memory for a category of any size.
  */
-static void
-replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
-			  Oid save_userid, int save_sec_context)
+void
+snap_fold_sorted(Fold *f, Snapshot snap, int64 hi, SnapRowWriter write, void *arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	AttrNumber	sortcols[2] = {2, 3};	/* stream, version */
@@ -100,24 +103,14 @@ replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
 	TupleTableSlot *slot;
 	EsrcLogScan *scan;
 	bool		have_stream = false;
-	int			rc;
 
-	/* empty the table, as its owner */
-	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_snapshot(snap_def_plan(def, PLAN_DELETE_ALL), NULL, NULL, snap,
-							  InvalidSnapshot, false, true, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "snapshot delete failed: %s", SPI_result_code_string(rc));
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-
-	/* read the category's events as the caller, with our snapshot */
+	/* read the category's events as the caller, with snap */
 	sort = tuplesort_begin_heap(snap_cache.event_desc, 2, sortcols, sortops, collations,
 								nullsfirst, work_mem, NULL, TUPLESORT_NONE);
 	inslot = MakeSingleTupleTableSlot(snap_cache.event_desc, &TTSOpsVirtual);
 	outslot = MakeSingleTupleTableSlot(snap_cache.event_desc, &TTSOpsMinimalTuple);
-	scan = esrc_log_begin(ESRC_LOG_BY_CATEGORY, CStringGetTextDatum(def->category),
-						  PG_INT64_MIN, PG_INT64_MAX, ForwardScanDirection, snap);
+	scan = esrc_log_begin(ESRC_LOG_BY_CATEGORY, CStringGetTextDatum(f->def->category),
+						  PG_INT64_MIN, hi, ForwardScanDirection, snap);
 	while ((slot = esrc_log_next(scan)) != NULL)
 	{
 		ExecClearTuple(inslot);
@@ -140,7 +133,7 @@ replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
 		if (!have_stream || strcmp(stream, f->stream) != 0)
 		{
 			if (have_stream)
-				write_row(def, f, now);
+				write(f, now, arg);
 			snap_fold_start(f, stream);
 			have_stream = true;
 		}
@@ -148,31 +141,24 @@ replay_events(SnapshotDef *def, Snapshot snap, Fold *f,
 		snap_fold_apply(f, outslot->tts_values, outslot->tts_isnull);
 	}
 	if (have_stream)
-		write_row(def, f, now);
+		write(f, now, arg);
 	ExecDropSingleTupleTableSlot(outslot);
 	tuplesort_end(sort);
 }
 
 /*
- * Recompute the table of def from the stored events of its category.  The
- * caller holds the category lock (create) or ExclusiveLock on the table
- * (rebuild), so no append of the category can write the table until we
- * commit, and has an SPI connection.  We read with a snapshot taken now,
- * after those locks, whatever the isolation level: it sees every append
- * that wrote the table before us.  Returns the number of events applied.
+ * Run body(f, arg) with a fold of def's reducer: in the reducer GUC
+ * context, with snapshot_busy set, and the caller's user and security
+ * context restored however it ends.  Returns the events the fold applied.
  */
-static int64
-replay_snapshot(SnapshotDef *def)
+int64
+snap_with_fold(SnapshotDef *def, void (*body) (Fold *f, void *arg), void *arg)
 {
-	Snapshot	snap;
 	Fold		f;
 	int64		applied;
 	int			gucs;
 	Oid			save_userid;
 	int			save_sec_context;
-
-	snap_raise_if_broken(def);
-	snap = RegisterSnapshot(GetLatestSnapshot());
 
 	gucs = snap_enter_reducer_gucs();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -180,7 +166,7 @@ replay_snapshot(SnapshotDef *def)
 	snapshot_busy = true;
 	PG_TRY();
 	{
-		replay_events(def, snap, &f, save_userid, save_sec_context);
+		body(&f, arg);
 	}
 	PG_FINALLY();
 	{
@@ -189,9 +175,51 @@ replay_snapshot(SnapshotDef *def)
 	}
 	PG_END_TRY();
 	snap_leave_reducer_gucs(gucs);
-	UnregisterSnapshot(snap);
 	applied = f.applied;
 	snap_fold_end(&f);
+	return applied;
+}
+
+/* snap_replay_in_place()'s fold: empty the table as its owner, then refill it. */
+static void
+replay_body(Fold *f, void *arg)
+{
+	Snapshot	snap = (Snapshot) arg;
+	SnapshotDef *def = f->def;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_snapshot(snap_def_plan(def, PLAN_DELETE_ALL), NULL, NULL, snap,
+							  InvalidSnapshot, false, true, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "snapshot delete failed: %s", SPI_result_code_string(rc));
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	snap_fold_sorted(f, snap, PG_INT64_MAX, write_row, NULL);
+}
+
+/*
+ * Recompute the table of def from the stored events of its category, in
+ * place.  The caller holds the category lock (create) or ExclusiveLock on
+ * the table (a rebuild that cannot be done online, snaprebuild.c), so no
+ * append of the category can write the table until we commit, and has an
+ * SPI connection.  We read with a snapshot taken now, after those locks,
+ * whatever the isolation level: it sees every append that wrote the table
+ * before us.  Returns the number of events applied.
+ */
+int64
+snap_replay_in_place(SnapshotDef *def)
+{
+	Snapshot	snap;
+	int64		applied;
+
+	snap_raise_if_broken(def);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	applied = snap_with_fold(def, replay_body, snap);
+	UnregisterSnapshot(snap);
 	return applied;
 }
 
@@ -293,38 +321,8 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 					   " VALUES ($1, $2, $3, $4)", 4, argtypes, values, SPI_OK_INSERT);
 	CommandCounterIncrement();
 
-	applied = replay_snapshot(snap_get_def(relid));
+	applied = snap_replay_in_place(snap_get_def(relid));
 
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed");
-	PG_RETURN_INT64(applied);
-}
-
-/*
- * esrc.rebuild_snapshot(snapshot): owner or superuser.  ExclusiveLock on
- * the table until the transaction ends: readers go on (and see the old
- * rows until we commit); appends to the category wait in the trigger and
- * then apply their event on top of the rebuilt rows.
- */
-Datum
-esrc_rebuild_snapshot(PG_FUNCTION_ARGS)
-{
-	RangeVar   *rv;
-	Oid			relid;
-	SnapshotDef *def;
-	int64		applied;
-
-	snap_check_not_busy("esrc.rebuild_snapshot()");
-	rv = snapshot_rangevar(fcinfo, 0);
-	relid = RangeVarGetRelidExtended(rv, ExclusiveLock, 0, RangeVarCallbackOwnsRelation, NULL);
-	def = snap_get_def(relid);
-	snap_raise_if_broken(def);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	/* after a restore or pg_upgrade without triggers, they may be missing */
-	snap_record_dependencies(relid, def->reducer);
-	applied = replay_snapshot(def);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_INT64(applied);

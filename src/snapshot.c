@@ -781,6 +781,24 @@ snap_fold_start(Fold *f, const char *stream)
 }
 
 /*
+ * Go on with the fold of a stream from a stored state: the row of a
+ * snapshot table whose last event had this version (snaprebuild.c's
+ * catch-up).
+ */
+void
+snap_fold_resume(Fold *f, const char *stream, Datum state, int64 version)
+{
+	MemoryContext old;
+
+	snap_fold_start(f, stream);
+	MemoryContextReset(f->statecxt[0]);
+	old = MemoryContextSwitchTo(f->statecxt[0]);
+	f->state = PointerGetDatum(PG_DETOAST_DATUM_COPY(state));
+	MemoryContextSwitchTo(old);
+	f->next_version = version + 1;
+}
+
+/*
  * Apply one event, given as the columns of an esrc.event (values/nulls), to the
  * fold.  Memory: the new state is copied into the other state context and
  * everything else is freed, so a fold of any length runs in bounded memory.

@@ -22,6 +22,8 @@
 #include "storage/lock.h"
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
+#include "utils/snapshot.h"
+#include "utils/timestamp.h"
 
 #include "esrc.h"
 
@@ -145,7 +147,18 @@ extern Datum snap_call_reducer(SnapshotDef *def, Datum state, Datum event);
 extern Datum snap_make_event(Datum *values, bool *nulls);
 extern void snap_fold_init(Fold *f, SnapshotDef *def);
 extern void snap_fold_start(Fold *f, const char *stream);
+extern void snap_fold_resume(Fold *f, const char *stream, Datum state, int64 version);
 extern void snap_fold_apply(Fold *f, Datum *values, bool *nulls);
 extern void snap_fold_end(Fold *f);
+
+/* snapapply.c: can the trigger write def's table directly (def->direct) */
+extern void snap_choose_path(SnapshotDef *def);
+
+/* snapbuild.c: folding a category into a table */
+typedef void (*SnapRowWriter) (Fold *f, TimestampTz now, void *arg);
+extern void snap_fold_sorted(Fold *f, Snapshot snap, int64 hi, SnapRowWriter write,
+							 void *arg);
+extern int64 snap_with_fold(SnapshotDef *def, void (*body) (Fold *f, void *arg), void *arg);
+extern int64 snap_replay_in_place(SnapshotDef *def);
 
 #endif							/* ESRC_SNAPSHOTINT_H */
