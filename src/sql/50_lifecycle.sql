@@ -62,6 +62,8 @@ CREATE TABLE esrc.erasures (
     CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream'))
 );
 ALTER SEQUENCE esrc.erasure_id_seq OWNED BY esrc.erasures.id;
+-- Is this stream erased?  (a lookup by stream, docs/lifecycle.md)
+CREATE INDEX erasures_stream_idx ON esrc.erasures (stream);
 COMMENT ON TABLE esrc.erasures IS
     'Every use of the life-cycle functions (esrc.erase_stream), recorded in its transaction, with who and why.  Append-only.';
 COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream.';
