@@ -70,12 +70,19 @@ TRUNCATE esrc.erasures;
 RESET session_replication_role;
 SELECT version, type, data FROM esrc.read_stream('lcpriv-1');
 
--- who may execute what: erase_stream to esrc_admin alone
-SELECT p.oid::regprocedure AS function, p.proacl
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = 'esrc' AND p.proname IN ('erase_stream', 'erasures_immutable') ORDER BY 1;
-SELECT relname, relacl FROM pg_class
-WHERE oid IN ('esrc.erasures'::regclass, 'esrc.erasure_id_seq'::regclass) ORDER BY 1;
+-- the grants besides the owner's (grantee 0, shown as -, would be PUBLIC):
+-- EXECUTE on erase_stream and SELECT on esrc.erasures to esrc_admin alone
+SELECT p.oid::regprocedure::text AS object, a.grantee::regrole, a.privilege_type
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+     aclexplode(p.proacl) a
+WHERE n.nspname = 'esrc' AND p.proname IN ('erase_stream', 'erasures_immutable')
+  AND a.grantee <> p.proowner
+UNION ALL
+SELECT c.oid::regclass::text, a.grantee::regrole, a.privilege_type
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.oid IN ('esrc.erasures'::regclass, 'esrc.erasure_id_seq'::regclass)
+  AND a.grantee <> c.relowner
+ORDER BY 1, 2, 3;
 
 -- CREATE EXTENSION adopts an existing esrc_admin only without extra
 -- rights, as it does esrc_reader and esrc_writer (in a database of its own)
