@@ -282,8 +282,9 @@ extern Oid	esrc_lookup_function(const char *identity);
 struct TriggerData;
 extern bool esrc_erasure_permits(struct TriggerData *trigdata);
 
-/* catalog lookups shared by append.c and read.c */
+/* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);
+extern Oid	esrc_relation_owner(Oid relid);
 
 #endif							/* ESRC_H */

@@ -164,20 +164,6 @@ esrc_erasure_permits(TriggerData *trigdata)
 	return true;
 }
 
-/* The owner of a relation. */
-static Oid
-relation_owner(Oid relid)
-{
-	HeapTuple	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tp))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tp))->relowner;
-	ReleaseSysCache(tp);
-	return owner;
-}
-
 /*
  * Run one statement (inside an SPI connection) as owner, in a
  * security-restricted operation with search_path pinned; every setting it
@@ -234,7 +220,7 @@ category_snapshots(const char *category, Oid **relids)
 	int			i;
 
 	values[0] = CStringGetTextDatum(category);
-	run_as_owner(relation_owner(esrc_relation_oid("snapshots")), sql, 1,
+	run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
 				 argtypes, values, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	*relids = palloc(sizeof(Oid) * Max(n, 1));
@@ -274,7 +260,7 @@ delete_snapshot_rows(int n, Oid *relids, const char *stream)
 		nspname = get_namespace_name(get_rel_namespace(relids[i]));
 		sql = psprintf("DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1",
 					   quote_qualified_identifier(nspname, relname));
-		run_as_owner(relation_owner(relids[i]), sql, 1, argtypes, values,
+		run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
 					 SPI_OK_DELETE);
 	}
 }
@@ -298,7 +284,7 @@ record_erasure(const char *what, const char *stream, int64 events,
 									CStringGetDatum(GetUserNameFromId(session_user, false)));
 	values[5] = DirectFunctionCall1(namein,
 									CStringGetDatum(GetUserNameFromId(current_user, false)));
-	run_as_owner(relation_owner(esrc_relation_oid("erasures")), sql, 6,
+	run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
 				 argtypes, values, SPI_OK_INSERT);
 }
 
