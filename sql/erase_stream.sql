@@ -109,4 +109,8 @@ SELECT esrc.erase_stream('erasure-2', NULL);
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.erase_stream('erasure-2', '');
 \echo SQLSTATE :SQLSTATE
+BEGIN READ ONLY;
+SELECT esrc.erase_stream('erasure-2', 'read only');
+\echo SQLSTATE :SQLSTATE
+ROLLBACK;
 SELECT count(*) FROM esrc.erasures WHERE stream IN ('erasure-404', '');

@@ -68,6 +68,7 @@
 #include "storage/itemptr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -495,6 +496,8 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	Oid			session_user = GetSessionUserId();
 	Oid			current_user = GetUserId();
 
+	/* the log is written without the executor's read-only check */
+	PreventCommandIfReadOnly("esrc.erase_stream()");
 	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 							 "stream name", ESRC_MAX_STREAM_NAME);
 	if (PG_ARGISNULL(1) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
