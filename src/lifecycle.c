@@ -34,9 +34,9 @@
  * executor's simple update (ExecSimpleRelationUpdate, with the row
  * triggers of esrc.events), no SQL.  The snapshot tables and esrc.erasures
  * are written with SQL through SPI as each table's owner, in a
- * security-restricted operation with search_path pinned, as snapshot.c
- * writes snapshot tables.  EXECUTE on esrc.erase_stream (granted to
- * esrc_admin) is the privilege check.
+ * security-restricted operation with search_path pinned, as the snapshot
+ * code (snapapply.c, snapbuild.c) writes snapshot tables.  EXECUTE on
+ * esrc.erase_stream (granted to esrc_admin) is the privilege check.
  *
  * Not erased here (docs/lifecycle.md): the old row versions and TOAST
  * chunks until VACUUM (and their bytes in free page space even after
