@@ -1035,7 +1035,9 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 
 /*
  * Trigger function for esrc.events: BEFORE UPDATE OR DELETE (row) and
- * BEFORE TRUNCATE (statement).  The event log is append-only.
+ * BEFORE TRUNCATE (statement).  The event log is append-only; the one
+ * exception is the redaction esrc.erase_stream() makes, row by row, which
+ * lifecycle.c recognizes (esrc_erasure_permits()).
  */
 PG_FUNCTION_INFO_V1(esrc_events_immutable);
 
@@ -1050,7 +1052,11 @@ esrc_events_immutable(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("esrc.events_immutable() must be called as a trigger")));
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		if (esrc_erasure_permits(trigdata))
+			return PointerGetDatum(trigdata->tg_newtuple);
 		op = "update";
+	}
 	else if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 		op = "delete";
 	else if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))

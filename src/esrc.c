@@ -14,7 +14,9 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -23,6 +25,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 #include "esrc.h"
 #include "projection.h"
@@ -165,4 +168,18 @@ esrc_relation_oid(const char *relname)
 				 errmsg("relation \"esrc.%s\" does not exist", relname),
 				 errhint("Run CREATE EXTENSION esrc in this database.")));
 	return relid;
+}
+
+/* The owner of a relation (esrc's catalogs: the extension's creator). */
+Oid
+esrc_relation_owner(Oid relid)
+{
+	HeapTuple	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tp))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tp))->relowner;
+	ReleaseSysCache(tp);
+	return owner;
 }

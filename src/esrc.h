@@ -9,7 +9,8 @@
  * the index scans of the log;
  * forwarder.c owns the Kafka forwarder's background worker, with its
  * GUCs in fwdconf.c, its reads in fwdread.c and its status in
- * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c.
+ * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
+ * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures.
  *
  *-------------------------------------------------------------------------
  */
@@ -271,8 +272,19 @@ extern Snapshot esrc_caller_snapshot(void);
 extern Oid	esrc_event_type_oid(void);
 extern Oid	esrc_lookup_function(const char *identity);
 
-/* catalog lookups shared by append.c and read.c */
+/*
+ * lifecycle.c: esrc.erase_stream() replaces the data of every event of the
+ * stream with this JSON and its metadata with NULL (docs/lifecycle.md);
+ * append.c's immutability trigger lets exactly that update pass while
+ * erase_stream() is making it.
+ */
+#define ESRC_ERASED_DATA "{\"erased\": true}"
+struct TriggerData;
+extern bool esrc_erasure_permits(struct TriggerData *trigdata);
+
+/* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);
+extern Oid	esrc_relation_owner(Oid relid);
 
 #endif							/* ESRC_H */

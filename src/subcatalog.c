@@ -171,15 +171,7 @@ esrc_stream_partition(PG_FUNCTION_ARGS)
 Oid
 catalog_owner(void)
 {
-	Oid			relid = esrc_relation_oid("subscriptions");
-	HeapTuple	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tp))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tp))->relowner;
-	ReleaseSysCache(tp);
-	return owner;
+	return esrc_relation_owner(esrc_relation_oid("subscriptions"));
 }
 
 /*

@@ -1,0 +1,600 @@
+/*-------------------------------------------------------------------------
+ *
+ * lifecycle.c
+ *	  The life cycle of the log (issue 16), first slice: esrc.erase_stream()
+ *	  and its audit table esrc.erasures.
+ *
+ * This file owns:
+ *	 - esrc.erase_stream(stream, reason): redacts every event of a stream in
+ *	   place -- data becomes ESRC_ERASED_DATA, metadata NULL; position,
+ *	   stream, version, type, id, recorded_at and category stay -- removes
+ *	   the stream's rows from the snapshot tables of its category, and
+ *	   records the erasure in esrc.erasures, all in the caller's
+ *	   transaction;
+ *	 - the one exception to the immutability of esrc.events:
+ *	   esrc_erasure_permits(), which append.c's trigger asks before it
+ *	   refuses an UPDATE;
+ *	 - the trigger that keeps esrc.erasures append-only.
+ *
+ * Invariants kept:
+ *	 - an event is never removed and no column but data and metadata ever
+ *	   changes, so versions stay contiguous, idempotent retries still find
+ *	   their ids and readers never see a hole;
+ *	 - an UPDATE of esrc.events passes the (ENABLE ALWAYS) immutability
+ *	   trigger only while erase_stream() is updating exactly that row
+ *	   (same relation, same tuple id) and only if the new row is exactly the
+ *	   redaction of the old one.  The window (erase_window) is opened around
+ *	   each single-row update and closed in PG_FINALLY, so a user's UPDATE
+ *	   is refused even in a transaction that erased a stream;
+ *	 - an erase and an append of the same stream serialize on append.c's
+ *	   stream lock; the category lock is taken in ShareLock mode as an
+ *	   append does, so create_snapshot/drop_snapshot do not run alongside.
+ *
+ * The log is written as append.c writes it: index scans and the
+ * executor's simple update (ExecSimpleRelationUpdate, with the row
+ * triggers of esrc.events), no SQL.  The snapshot tables and esrc.erasures
+ * are written with SQL through SPI as each table's owner, in a
+ * security-restricted operation with search_path pinned, as the snapshot
+ * code (snapapply.c, snapbuild.c) writes snapshot tables.  EXECUTE on
+ * esrc.erase_stream (granted to esrc_admin) is the privilege check.
+ *
+ * Not erased here (docs/lifecycle.md): the old row versions and TOAST
+ * chunks until VACUUM (and their bytes in free page space even after
+ * it), WAL and backups, copies already forwarded to Kafka or read by
+ * consumers, stream names and event types.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/itemptr.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "esrc.h"
+
+PG_FUNCTION_INFO_V1(esrc_erase_stream);
+PG_FUNCTION_INFO_V1(esrc_erasures_immutable);
+
+#define LIFECYCLE_SEARCH_PATH "pg_catalog, pg_temp"
+
+/*
+ * The row erase_stream() is updating right now, if any.  Set only around
+ * one ExecSimpleRelationUpdate() call and reset in PG_FINALLY.
+ */
+typedef struct EraseWindow
+{
+	bool		open;
+	Oid			relid;			/* esrc.events */
+	ItemPointerData tid;		/* the row being redacted */
+	Datum		marker;			/* ESRC_ERASED_DATA as jsonb */
+} EraseWindow;
+
+static EraseWindow erase_window;
+
+/* The redacted data, as a jsonb datum in CurrentMemoryContext. */
+static Datum
+erased_marker(void)
+{
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(ESRC_ERASED_DATA));
+}
+
+static bool
+is_marker(Datum data, Datum marker)
+{
+	return DatumGetBool(DirectFunctionCall2(jsonb_eq, data, marker));
+}
+
+/*
+ * Asked by append.c's trigger esrc.events_immutable() for every row
+ * UPDATE: may this update pass?  Only if erase_stream() is updating this
+ * very row of this relation right now (so a user's UPDATE never passes,
+ * not even inside erase_stream's transaction), and only if the new row is
+ * the old one with data = ESRC_ERASED_DATA and metadata NULL.
+ */
+bool
+esrc_erasure_permits(TriggerData *trigdata)
+{
+	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
+	HeapTuple	oldtup = trigdata->tg_trigtuple;
+	HeapTuple	newtup = trigdata->tg_newtuple;
+	int			i;
+
+	if (!erase_window.open ||
+		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		RelationGetRelid(trigdata->tg_relation) != erase_window.relid ||
+		oldtup == NULL || newtup == NULL ||
+		!ItemPointerEquals(&oldtup->t_self, &erase_window.tid) ||
+		desc->natts != Natts_events)
+		return false;
+
+	for (i = 1; i <= Natts_events; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i - 1);
+		bool		oldnull;
+		bool		newnull;
+		Datum		oldval = heap_getattr(oldtup, i, desc, &oldnull);
+		Datum		newval = heap_getattr(newtup, i, desc, &newnull);
+
+		if (i == Anum_events_data)
+		{
+			if (newnull || !is_marker(newval, erase_window.marker))
+				return false;
+		}
+		else if (i == Anum_events_metadata)
+		{
+			if (!newnull)
+				return false;
+		}
+		else if (oldnull != newnull ||
+				 (!oldnull && !datum_image_eq(oldval, newval, att->attbyval,
+											  att->attlen)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Run one statement (inside an SPI connection) as owner, in a
+ * security-restricted operation with search_path pinned; every setting it
+ * makes is undone after it.  On error the user is restored here and the
+ * settings by the (sub)transaction abort.
+ */
+static void
+run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
+			 Datum *values, int expected_rc)
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			gucs;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	gucs = NewGUCNestLevel();
+	PG_TRY();
+	{
+		(void) set_config_option("search_path", LIFECYCLE_SEARCH_PATH,
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
+		if (rc != expected_rc)
+			elog(ERROR, "\"%s\" failed: %s", sql, SPI_result_code_string(rc));
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(false, gucs);
+}
+
+/*
+ * The snapshot tables of a category (esrc.snapshots, read as its owner),
+ * each locked RowExclusiveLock -- the lock an append's trigger takes before
+ * it reads a snapshot row -- so that an erase waits for a rebuild in
+ * progress and a rebuild waits for the erase.  Returns the number of
+ * tables; their oids in *relids (CurrentMemoryContext).
+ */
+static int
+category_snapshots(const char *category, Oid **relids)
+{
+	static const char *sql =
+		"SELECT s.snapshot::pg_catalog.oid FROM esrc.snapshots s "
+		"WHERE s.category OPERATOR(pg_catalog.=) $1 "
+		"ORDER BY s.snapshot::pg_catalog.oid";
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	int			n;
+	int			i;
+
+	values[0] = CStringGetTextDatum(category);
+	run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
+				 argtypes, values, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	*relids = palloc(sizeof(Oid) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		(*relids)[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													  SPI_tuptable->tupdesc, 1,
+													  &isnull));
+	}
+	for (i = 0; i < n; i++)
+		LockRelationOid((*relids)[i], RowExclusiveLock);
+	return n;
+}
+
+/*
+ * Delete the stream's row from each snapshot table, as the table's owner.
+ * A table dropped meanwhile is skipped.
+ */
+static void
+delete_snapshot_rows(int n, Oid *relids, const char *stream)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	int			i;
+
+	values[0] = CStringGetTextDatum(stream);
+	for (i = 0; i < n; i++)
+	{
+		char	   *relname = get_rel_name(relids[i]);
+		char	   *nspname;
+		char	   *sql;
+
+		if (relname == NULL)
+			continue;
+		nspname = get_namespace_name(get_rel_namespace(relids[i]));
+		sql = psprintf("DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1",
+					   quote_qualified_identifier(nspname, relname));
+		run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
+					 SPI_OK_DELETE);
+	}
+}
+
+/* Record one erasure in esrc.erasures, as the table's owner. */
+static void
+record_erasure(const char *what, const char *stream, int64 events,
+			   const char *reason, Oid session_user, Oid current_user)
+{
+	static const char *sql =
+		"INSERT INTO esrc.erasures (what, stream, events, reason, "
+		"session_user_name, current_user_name) VALUES ($1, $2, $3, $4, $5, $6)";
+	Oid			argtypes[6] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, NAMEOID, NAMEOID};
+	Datum		values[6];
+
+	values[0] = CStringGetTextDatum(what);
+	values[1] = CStringGetTextDatum(stream);
+	values[2] = Int64GetDatum(events);
+	values[3] = CStringGetTextDatum(reason);
+	values[4] = DirectFunctionCall1(namein,
+									CStringGetDatum(GetUserNameFromId(session_user, false)));
+	values[5] = DirectFunctionCall1(namein,
+									CStringGetDatum(GetUserNameFromId(current_user, false)));
+	run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
+				 argtypes, values, SPI_OK_INSERT);
+}
+
+/*
+ * The valid unique btree index of esrc.events on (stream, version) among
+ * those ExecOpenIndices() opened.
+ */
+static Relation
+stream_index(ResultRelInfo *rri)
+{
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Relation	idx = rri->ri_IndexRelationDescs[i];
+		Form_pg_index form = idx->rd_index;
+
+		if (form->indisunique && form->indisvalid &&
+			idx->rd_rel->relam == BTREE_AM_OID &&
+			form->indnkeyatts == 2 &&
+			form->indkey.values[0] == Anum_events_stream &&
+			form->indkey.values[1] == Anum_events_version &&
+			RelationGetIndexPredicate(idx) == NIL &&
+			RelationGetIndexExpressions(idx) == NIL)
+			return idx;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("esrc.events has no unique index on (stream, version)"),
+			 errhint("Reinstall the extension; the event log's indexes must not be dropped.")));
+	return NULL;				/* not reached */
+}
+
+/*
+ * The only BEFORE UPDATE row trigger of esrc.events must be
+ * events_immutable: another one, firing after it, could change the row
+ * the immutability trigger let pass.
+ */
+static void
+check_update_triggers(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+	int			i;
+
+	if (td == NULL)
+		return;
+	for (i = 0; i < td->numtriggers; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+
+		if (TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_BEFORE(t->tgtype) &&
+			TRIGGER_FOR_UPDATE(t->tgtype) && t->tgenabled != TRIGGER_DISABLED &&
+			strcmp(t->tgname, "events_immutable") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("cannot erase events while esrc.events has the BEFORE UPDATE trigger \"%s\"",
+							t->tgname),
+					 errdetail("Only the trigger events_immutable may run before an update of the event log."),
+					 errhint("Drop or disable the trigger, or make it an AFTER trigger.")));
+	}
+}
+
+/*
+ * The tuple ids of the stream's events under snap, in version order, and
+ * of those not yet redacted (*todo, *ntodo).  Returns the number of events.
+ */
+static int64
+stream_rows(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
+			Snapshot snap, Datum marker, ItemPointer *todo, int64 *ntodo)
+{
+	ScanKeyData key;
+	IndexScanDesc scan;
+	int64		nrows = 0;
+	int64		cap = 16;
+
+	*todo = palloc(sizeof(ItemPointerData) * cap);
+	*ntodo = 0;
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ, stream);
+	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		datanull;
+		bool		metanull;
+		Datum		data = slot_getattr(slot, Anum_events_data, &datanull);
+
+		(void) slot_getattr(slot, Anum_events_metadata, &metanull);
+		CHECK_FOR_INTERRUPTS();
+		nrows++;
+		if (!datanull && metanull && is_marker(data, marker))
+			continue;			/* redacted already */
+		if (*ntodo == cap)
+		{
+			cap *= 2;
+			*todo = repalloc_huge(*todo, sizeof(ItemPointerData) * cap);
+		}
+		(*todo)[(*ntodo)++] = slot->tts_tid;
+	}
+	index_endscan(scan);
+	return nrows;
+}
+
+/* The version of the stream's last event under snap; -1 if none. */
+static int64
+stream_head(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
+			Snapshot snap)
+{
+	ScanKeyData key;
+	IndexScanDesc scan;
+	int64		head = -1;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ, stream);
+	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	if (index_getnext_slot(scan, BackwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		head = DatumGetInt64(slot_getattr(slot, Anum_events_version, &isnull));
+	}
+	index_endscan(scan);
+	return head;
+}
+
+/*
+ * Redact the rows todo[0 .. ntodo - 1] of esrc.events, each with the
+ * executor's simple update (row triggers fire as for an UPDATE), each in
+ * its own erase window.
+ */
+static void
+redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
+			ItemPointer todo, int64 ntodo, Datum marker, Snapshot snap)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleTableSlot *oldslot = ExecInitExtraTupleSlot(estate, desc,
+													 table_slot_callbacks(rel));
+	TupleTableSlot *newslot = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
+	EPQState	epq;
+	int64		i;
+
+	estate->es_output_cid = GetCurrentCommandId(true);
+	estate->es_snapshot = snap;
+	esrc_epq_init(&epq, estate);
+	AfterTriggerBeginQuery();
+	for (i = 0; i < ntodo; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!table_tuple_fetch_row_version(rel, &todo[i], snap, oldslot))
+			elog(ERROR, "event row (%u,%u) of esrc.events vanished during an erase",
+				 ItemPointerGetBlockNumber(&todo[i]),
+				 ItemPointerGetOffsetNumber(&todo[i]));
+		slot_getallattrs(oldslot);
+		ExecClearTuple(newslot);
+		memcpy(newslot->tts_values, oldslot->tts_values, sizeof(Datum) * Natts_events);
+		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * Natts_events);
+		newslot->tts_values[Anum_events_data - 1] = marker;
+		newslot->tts_isnull[Anum_events_data - 1] = false;
+		newslot->tts_values[Anum_events_metadata - 1] = (Datum) 0;
+		newslot->tts_isnull[Anum_events_metadata - 1] = true;
+		ExecStoreVirtualTuple(newslot);
+
+		erase_window.relid = RelationGetRelid(rel);
+		erase_window.tid = todo[i];
+		erase_window.marker = marker;
+		erase_window.open = true;
+		PG_TRY();
+		{
+			ExecSimpleRelationUpdate(rri, estate, &epq, oldslot, newslot);
+		}
+		PG_FINALLY();
+		{
+			erase_window.open = false;
+		}
+		PG_END_TRY();
+	}
+	AfterTriggerEndQuery(estate);
+	EvalPlanQualEnd(&epq);
+}
+
+/*
+ * esrc.erase_stream(stream, reason) -> bigint: the number of events
+ * redacted.  See the header comment; docs/lifecycle.md is the reference.
+ * A stream with no events is an error (42704); a stream whose events are
+ * all redacted already is a no-op that returns 0 and is recorded too.
+ */
+Datum
+esrc_erase_stream(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	char	   *category;
+	char	   *reason;
+	Datum		stream_datum;
+	Datum		marker;
+	LOCKTAG		tag;
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	Relation	idx;
+	TupleTableSlot *scanslot;
+	Snapshot	snap;
+	Oid		   *snapshot_relids;
+	int			nsnapshots;
+	ItemPointer todo;
+	int64		ntodo;
+	int64		nrows;
+	Oid			session_user = GetSessionUserId();
+	Oid			current_user = GetUserId();
+
+	/* the log is written without the executor's read-only check */
+	PreventCommandIfReadOnly("esrc.erase_stream()");
+	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+							 "stream name", ESRC_MAX_STREAM_NAME);
+	if (PG_ARGISNULL(1) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
+		ereport(ERROR,
+				(errcode(PG_ARGISNULL(1) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reason must not be %s", PG_ARGISNULL(1) ? "null" : "empty"),
+				 errhint("Say why the stream is erased; it is recorded in esrc.erasures.")));
+	reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	category = esrc_stream_category(stream);
+	stream_datum = CStringGetTextDatum(stream);
+	marker = erased_marker();
+
+	/* the locks of an append, in its order: stream, log, category, snapshots */
+	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
+	esrc_check_log_rowtype(rel);
+	check_update_triggers(rel);
+	esrc_name_locktag(&tag, category, ESRC_CATEGORY_LOCK_SPACE);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	nsnapshots = category_snapshots(category, &snapshot_relids);
+
+	estate = esrc_make_write_estate(rel, &rri);
+	idx = stream_index(rri);
+	scanslot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
+									  table_slot_callbacks(rel));
+
+	/* a snapshot taken after the locks, as an append takes one */
+	CommandCounterIncrement();
+	PushCopiedSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	snap = GetActiveSnapshot();
+
+	nrows = stream_rows(rel, idx, scanslot, stream_datum, snap, marker,
+						&todo, &ntodo);
+	if (nrows == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" does not exist", stream),
+				 errdetail("The stream has no events.")));
+
+	/*
+	 * At REPEATABLE READ and above the snapshot may predate the last append
+	 * to the stream; an erase that left such events unredacted would lie, so
+	 * fail like an append does.
+	 */
+	if (IsolationUsesXactSnapshot())
+	{
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+		int64		latest_head = stream_head(rel, idx, scanslot, stream_datum, latest);
+		int64		head = stream_head(rel, idx, scanslot, stream_datum, snap);
+
+		UnregisterSnapshot(latest);
+		if (latest_head != head)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
+							stream),
+					 errhint("Retry the transaction.")));
+	}
+
+	redact_rows(rel, estate, rri, todo, ntodo, marker, snap);
+	PopActiveSnapshot();
+	esrc_free_write_estate(estate, rri);
+	table_close(rel, NoLock);
+
+	delete_snapshot_rows(nsnapshots, snapshot_relids, stream);
+	record_erasure("erase_stream", stream, ntodo, reason, session_user,
+				   current_user);
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_INT64(ntodo);
+}
+
+/* Trigger of esrc.erasures: the record of erasures is append-only. */
+Datum
+esrc_erasures_immutable(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const char *op;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("esrc.erasures_immutable() must be called as a trigger")));
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		op = "update";
+	else if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		op = "delete";
+	else
+		op = "truncate";
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("cannot %s rows of esrc.erasures: the record of erasures is append-only", op),
+			 errdetail("Every erasure stays recorded.")));
+	PG_RETURN_NULL();
+}

@@ -1,0 +1,108 @@
+-- Part of the esrc install script (see Makefile): the life cycle of the
+-- log -- erasing a stream's data, with an audit (src/lifecycle.c,
+-- docs/lifecycle.md).
+
+------------------------------------------------------------------------
+-- The role that may run the life-cycle functions.  Adopted if it exists,
+-- on the terms of esrc_reader and esrc_writer (00_core.sql).  Not granted
+-- to esrc_writer or anyone else: grant it to the few who may erase.
+------------------------------------------------------------------------
+DO $roles$
+DECLARE
+    extra text[];
+BEGIN
+    SELECT pg_catalog.array_remove(ARRAY[
+               CASE WHEN a.rolsuper THEN 'SUPERUSER' END,
+               CASE WHEN a.rolcreatedb THEN 'CREATEDB' END,
+               CASE WHEN a.rolcreaterole THEN 'CREATEROLE' END,
+               CASE WHEN a.rolreplication THEN 'REPLICATION' END,
+               CASE WHEN a.rolbypassrls THEN 'BYPASSRLS' END,
+               CASE WHEN a.rolcanlogin THEN 'LOGIN' END], NULL)
+           OPERATOR(pg_catalog.||)
+           ARRAY(SELECT 'membership in role ' OPERATOR(pg_catalog.||)
+                        pg_catalog.quote_ident(g.rolname)
+                 FROM pg_catalog.pg_auth_members m
+                 JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.roleid
+                 WHERE m.member OPERATOR(pg_catalog.=) a.oid
+                 ORDER BY g.rolname)
+      INTO extra
+      FROM pg_catalog.pg_roles a
+     WHERE a.rolname OPERATOR(pg_catalog.=) 'esrc_admin';
+    IF NOT FOUND THEN
+        CREATE ROLE esrc_admin NOLOGIN;
+    ELSIF pg_catalog.cardinality(extra) OPERATOR(pg_catalog.>) 0 THEN
+        RAISE EXCEPTION 'role "%" already exists with rights esrc does not give it', 'esrc_admin'
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = pg_catalog.format('It has %s; every role granted %s would gain them.',
+                                             pg_catalog.array_to_string(extra, ', '), 'esrc_admin'),
+                  HINT = 'Remove them (ALTER ROLE esrc_admin NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOLOGIN, REVOKE ... FROM esrc_admin) or drop the role, then create the extension again.';
+    END IF;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA esrc TO esrc_admin;
+
+------------------------------------------------------------------------
+-- The audit of erasures.  Written only by esrc.erase_stream (as the
+-- table's owner); append-only for everyone, superusers included, by
+-- ENABLE ALWAYS triggers; readable by esrc_admin.
+------------------------------------------------------------------------
+CREATE SEQUENCE esrc.erasure_id_seq AS bigint MINVALUE 1 NO CYCLE;
+
+CREATE TABLE esrc.erasures (
+    id                bigint      NOT NULL DEFAULT pg_catalog.nextval('esrc.erasure_id_seq'::pg_catalog.regclass),
+    what              text        NOT NULL,
+    stream            text        NOT NULL,
+    events            bigint      NOT NULL CHECK (events >= 0),
+    session_user_name name        NOT NULL,
+    current_user_name name        NOT NULL,
+    erased_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    reason            text        NOT NULL CHECK (reason <> ''),
+    CONSTRAINT erasures_pkey PRIMARY KEY (id),
+    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream'))
+);
+ALTER SEQUENCE esrc.erasure_id_seq OWNED BY esrc.erasures.id;
+-- Is this stream erased?  (a lookup by stream, docs/lifecycle.md)
+CREATE INDEX erasures_stream_idx ON esrc.erasures (stream);
+COMMENT ON TABLE esrc.erasures IS
+    'Every use of the life-cycle functions (esrc.erase_stream), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream.';
+COMMENT ON COLUMN esrc.erasures.events IS 'Events redacted by this call (0: the stream was erased already).';
+COMMENT ON COLUMN esrc.erasures.session_user_name IS 'session_user of the call.';
+COMMENT ON COLUMN esrc.erasures.current_user_name IS 'current_user of the call.';
+COMMENT ON COLUMN esrc.erasures.erased_at IS 'Start of the erasing transaction.';
+
+CREATE FUNCTION esrc.erasures_immutable() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_erasures_immutable';
+COMMENT ON FUNCTION esrc.erasures_immutable() IS
+    'Trigger function of esrc.erasures: refuses UPDATE, DELETE and TRUNCATE.';
+CREATE TRIGGER erasures_immutable BEFORE UPDATE OR DELETE ON esrc.erasures
+    FOR EACH ROW EXECUTE FUNCTION esrc.erasures_immutable();
+CREATE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON esrc.erasures
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.erasures_immutable();
+ALTER TABLE esrc.erasures ENABLE ALWAYS TRIGGER erasures_immutable;
+ALTER TABLE esrc.erasures ENABLE ALWAYS TRIGGER erasures_no_truncate;
+
+SELECT pg_catalog.pg_extension_config_dump('esrc.erasures', '');
+SELECT pg_catalog.pg_extension_config_dump('esrc.erasure_id_seq', '');
+
+REVOKE ALL ON esrc.erasures FROM PUBLIC;
+REVOKE ALL ON SEQUENCE esrc.erasure_id_seq FROM PUBLIC;
+GRANT SELECT ON esrc.erasures TO esrc_admin;
+
+------------------------------------------------------------------------
+-- Erasing.  Not SECURITY DEFINER: the C code redacts the log itself (index
+-- scans and the executor's row update, no SQL), and writes the snapshot
+-- tables and esrc.erasures as their owners, security-restricted, with
+-- search_path pinned; EXECUTE (esrc_admin) is the check.
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.erase_stream(stream text, reason text) RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_erase_stream';
+COMMENT ON FUNCTION esrc.erase_stream(text, text) IS
+    'Redact every event of a stream in place (data becomes {"erased": true}, metadata null; position, version, type, id and recorded_at stay), delete its snapshot rows, record it in esrc.erasures; returns the number of events redacted.';
+
+REVOKE ALL ON FUNCTION esrc.erasures_immutable(),
+                       esrc.erase_stream(text, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.erase_stream(text, text) TO esrc_admin;
