@@ -123,6 +123,8 @@ typedef struct Rebuild
 	int64		upto;			/* the current catch-up goes this far */
 	Snapshot	snap;			/* what the current step reads with */
 	int64		events;			/* events applied, all steps */
+	int			rounds;			/* catch-up rounds */
+	int			tries;			/* tries of the swap's lock */
 } Rebuild;
 
 /* The category's read horizon (take the snapshot to read with after it). */
@@ -309,6 +311,7 @@ catch_up(Rebuild *rb, int64 upto)
 	if (upto != PG_INT64_MAX)
 		rb->horizon = upto;
 	rb->events += n;
+	rb->rounds++;
 	return n;
 }
 
@@ -377,6 +380,7 @@ lock_for_swap(Rebuild *rb)
 	for (;;)
 	{
 		(void) catch_up(rb, category_horizon(rb));
+		rb->tries++;
 		if (lock_within(rb->relid, REBUILD_LOCK_WAIT_MS))
 			return;
 		SET_LOCKTAG_RELATION(tag, MyDatabaseId, rb->relid);
@@ -393,6 +397,11 @@ rebuild_online(SnapshotDef *def, Oid relid)
 	char		relpersistence;
 	int			round;
 	int			i;
+	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz filled;
+	TimestampTz locked;
+	int64		filled_events;
+	int64		tail;
 
 	memset(&rb, 0, sizeof(rb));
 	rb.def = def;
@@ -402,11 +411,14 @@ rebuild_online(SnapshotDef *def, Oid relid)
 
 	fill_new_heap(&rb);
 	prepare_new_heap(&rb);
+	filled = GetCurrentTimestamp();
+	filled_events = rb.events;
 	for (round = 0; round < CATCHUP_MAX_ROUNDS; round++)
 		if (catch_up(&rb, category_horizon(&rb)) <= CATCHUP_ENOUGH)
 			break;
 	lock_for_swap(&rb);
-	(void) catch_up(&rb, PG_INT64_MAX);
+	locked = GetCurrentTimestamp();
+	tail = catch_up(&rb, PG_INT64_MAX);
 
 	for (i = 0; i < NUM_NEWHEAP_PLANS; i++)
 		SPI_freeplan(rb.plans[i]);
@@ -414,9 +426,17 @@ rebuild_online(SnapshotDef *def, Oid relid)
 	CheckTableNotInUse(rel, "esrc.rebuild_snapshot()");
 	relpersistence = rel->rd_rel->relpersistence;
 	table_close(rel, NoLock);
+	elog(DEBUG1, "esrc: rebuild of snapshot \"%s\": " INT64_FORMAT " events to the horizon in %ld ms, "
+		 INT64_FORMAT " in %d catch-up rounds, lock after %d tries at %ld ms, "
+		 INT64_FORMAT " events under it",
+		 def->relname, filled_events, (long) ((filled - start) / 1000),
+		 rb.events - filled_events - tail, rb.rounds - 1, rb.tries,
+		 (long) ((locked - start) / 1000), tail);
 	/* def may be freed from here on: the swap invalidates the cache */
 	finish_heap_swap(relid, rb.heap, false, false, true, true,
 					 RecentXmin, ReadNextMultiXactId(), relpersistence);
+	elog(DEBUG1, "esrc: snapshot swapped in %ld ms after the lock",
+		 (long) ((GetCurrentTimestamp() - locked) / 1000));
 	return rb.events;
 }
 

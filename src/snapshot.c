@@ -7,11 +7,12 @@
  *	  stream, the GUC nest levels, the busy flag) and the built-in reducer
  *	  esrc.merge.
  *
- * The snapshot code is four files sharing the private snapshotint.h:
+ * The snapshot code is five files sharing the private snapshotint.h:
  * snapshot.c (this one), snapapply.c (the trigger on esrc.events that
  * applies each new event to the snapshots of its category), snapbuild.c
- * (replay of the log into a table; create/rebuild/drop_snapshot) and
- * snapread.c (load, snapshot_at).  The design below covers all four.
+ * (replay of the log into a table; create/drop_snapshot), snaprebuild.c
+ * (rebuild_snapshot, online) and snapread.c (load, snapshot_at).  The
+ * design below covers all five.
  *
  * A snapshot is a table (stream text PRIMARY KEY, version bigint, state
  * jsonb, updated_at timestamptz) plus a row in esrc.snapshots naming the
@@ -54,7 +55,10 @@
  *	   pending invalidations and so sees the new definitions;
  *	 - the snapshot table lock: the trigger takes RowExclusiveLock on every
  *	   snapshot table of the category *before* it reads the current row;
- *	   rebuild_snapshot takes ExclusiveLock, which waits for in-flight
+ *	   rebuild_snapshot replays into a new heap under ShareUpdateExclusiveLock
+ *	   while appends go on, then takes AccessExclusiveLock for the last
+ *	   events and the swap (snaprebuild.c), or, for a table it cannot
+ *	   swap, ExclusiveLock for the whole rebuild, which waits for in-flight
  *	   appends and blocks new ones (not readers) until it commits;
  *	 - the trigger reads and writes snapshot rows with a snapshot taken
  *	   after those locks (GetLatestSnapshot, as RI triggers do), whatever

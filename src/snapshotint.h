@@ -3,11 +3,12 @@
  * snapshotint.h
  *	  What the pieces of the snapshot code share; private to them.
  *
- * The snapshot code is four files: snapshot.c (the catalog and its
+ * The snapshot code is five files: snapshot.c (the catalog and its
  * triggers, the per-backend cache of definitions, locks, checks, reducer
  * calls and the fold, esrc.merge), snapapply.c (the trigger on
- * esrc.events), snapbuild.c (replay into a table; create/rebuild/
- * drop_snapshot) and snapread.c (load, snapshot_at).  The design --
+ * esrc.events), snapbuild.c (replay into a table; create/drop_snapshot),
+ * snaprebuild.c (rebuild_snapshot, online) and snapread.c (load,
+ * snapshot_at).  The design --
  * invariants, locks, security, caching -- is described at the top of
  * snapshot.c.  The rest of esrc sees none of this.
  *
