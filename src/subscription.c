@@ -31,7 +31,9 @@
  * another member (after the lease passed) or a reset has moved it, and
  * the caller's results for those events must not commit.  That check,
  * not the lease, is what makes effects written in the same transaction
- * exactly once.
+ * exactly once.  A poll given ack does the same (ack_member) before it
+ * fetches, and then does not wait: one autocommit statement per batch
+ * for consumers with effects outside the database (at-least-once).
  *
  * The catalog is written and read through SPI as the owner of
  * esrc.subscriptions, security-restricted, with every operator
