@@ -139,13 +139,14 @@ CREATE FUNCTION esrc.poll(
     subscription text,
     member text,
     max_count integer DEFAULT 100,
-    wait interval DEFAULT '0')
+    wait interval DEFAULT '0',
+    ack bigint DEFAULT NULL)
 RETURNS SETOF esrc.event
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_poll';
-COMMENT ON FUNCTION esrc.poll(text, text, integer, interval) IS
-    'Events after the checkpoints of the partitions this member holds (taking and renewing their leases), up to the commit-safe horizon, oldest first; with none, waits up to wait for a commit that brings some.';
+COMMENT ON FUNCTION esrc.poll(text, text, integer, interval, bigint) IS
+    'Events after the checkpoints of the partitions this member holds (taking and renewing their leases), up to the commit-safe horizon, oldest first; with none, waits up to wait for a commit that brings some.  With ack (not null), first acknowledges up to that position as esrc.ack would, in the same transaction, and then does not wait.';
 
 CREATE FUNCTION esrc.ack(
     subscription text,
@@ -191,7 +192,7 @@ REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, tex
                        esrc.reset_subscription(text, bigint),
                        esrc.grant_subscription(text, regrole),
                        esrc.revoke_subscription(text, regrole),
-                       esrc.poll(text, text, integer, interval),
+                       esrc.poll(text, text, integer, interval, bigint),
                        esrc.ack(text, text, bigint),
                        esrc.stream_partition(text, integer),
                        esrc.subscription_status_internal()
@@ -202,7 +203,7 @@ GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, 
                           esrc.grant_subscription(text, regrole),
                           esrc.revoke_subscription(text, regrole)
     TO esrc_subscriber;
-GRANT EXECUTE ON FUNCTION esrc.poll(text, text, integer, interval),
+GRANT EXECUTE ON FUNCTION esrc.poll(text, text, integer, interval, bigint),
                           esrc.ack(text, text, bigint),
                           esrc.stream_partition(text, integer),
                           esrc.subscription_status_internal()

@@ -31,7 +31,9 @@
  * another member (after the lease passed) or a reset has moved it, and
  * the caller's results for those events must not commit.  That check,
  * not the lease, is what makes effects written in the same transaction
- * exactly once.
+ * exactly once.  A poll given ack does the same (ack_member) before it
+ * fetches, and then does not wait: one autocommit statement per batch
+ * for consumers with effects outside the database (at-least-once).
  *
  * The catalog is written and read through SPI as the owner of
  * esrc.subscriptions, security-restricted, with every operator
@@ -54,6 +56,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -77,6 +80,11 @@
 PG_FUNCTION_INFO_V1(esrc_poll);
 PG_FUNCTION_INFO_V1(esrc_ack);
 PG_FUNCTION_INFO_V1(esrc_subscription_status);
+
+static int64 ack_position_arg(FunctionCallInfo fcinfo, int argno, const char *what,
+							  bool *given);
+static int	ack_member(SubDef *def, const char *member, bool given, int64 position,
+					   bool in_poll, int32 *held, int64 *now_cps, int *nheld_out);
 
 /*
  * The subscription the last poll of this transaction looked up, for an ack
@@ -412,7 +420,37 @@ advance_idle(PollState *st)
 }
 
 /*
- * esrc.poll(subscription, member, max_count DEFAULT 100, wait DEFAULT '0')
+ * The ack of a poll (its argument ack), before it fetches: exactly what
+ * esrc.ack(subscription, member, ack) does, in the poll's transaction.
+ * The checkpoints that lookup_subscription read before it are then stale
+ * for the partitions that moved; they become what the ack left, so that
+ * the first pass starts after the acknowledged events.
+ */
+static void
+poll_ack(PollState *st, int64 position)
+{
+	SubDef	   *def = st->def;
+	int32	   *held = palloc(sizeof(int32) * def->npartitions);
+	int64	   *now_cps = palloc(sizeof(int64) * def->npartitions);
+	int			nheld;
+	int			i;
+
+	(void) ack_member(def, st->member, true, position, true,
+					  held, now_cps, &nheld);
+	for (i = 0; i < nheld; i++)
+		def->checkpoints[held[i]] = now_cps[i];
+	pfree(held);
+	pfree(now_cps);
+}
+
+/*
+ * esrc.poll(subscription, member, max_count DEFAULT 100, wait DEFAULT '0',
+ *			 ack DEFAULT NULL)
+ *
+ * With ack, the poll first acknowledges up to it (poll_ack) and then does
+ * not wait: the ack's row locks and its transaction stay open until the
+ * poll's statement ends, and a wait would hold them, and delay the ack's
+ * commit, for as long as it lasts.
  */
 Datum
 esrc_poll(PG_FUNCTION_ARGS)
@@ -420,6 +458,8 @@ esrc_poll(PG_FUNCTION_ARGS)
 	char	   *subname = subscription_name_arg(fcinfo, 0);
 	MemoryContext callcxt = CurrentMemoryContext;
 	PollState  *st = palloc0(sizeof(PollState));
+	bool		acking;
+	int64		ack;
 	int			np;
 
 	st->member = member_name_arg(fcinfo, 1);
@@ -439,6 +479,9 @@ esrc_poll(PG_FUNCTION_ARGS)
 					 errmsg("wait must not be negative")));
 		st->wait_ms = Min(st->wait_ms, (int64) esrc_poll_max_wait_ms);
 	}
+	ack = ack_position_arg(fcinfo, 4, "ack", &acking);
+	if (acking)
+		st->wait_ms = 0;
 	st->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), st->wait_ms);
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -450,6 +493,8 @@ esrc_poll(PG_FUNCTION_ARGS)
 	check_not_projection(st->def);
 	last_poll.def = st->def;
 	last_poll.userid = GetUserId();
+	if (acking)
+		poll_ack(st, ack);
 
 	np = st->def->npartitions;
 	st->held = MemoryContextAlloc(callcxt, sizeof(int32) * np);
@@ -489,6 +534,95 @@ esrc_poll(PG_FUNCTION_ARGS)
  */
 
 /*
+ * A position to acknowledge, from argument argno (called what in the
+ * error): NULL stays *given = false; a negative one is refused.
+ */
+static int64
+ack_position_arg(FunctionCallInfo fcinfo, int argno, const char *what, bool *given)
+{
+	int64		position;
+
+	*given = !PG_ARGISNULL(argno);
+	if (!*given)
+		return -1;
+	position = PG_GETARG_INT64(argno);
+	if (position < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", what),
+				 errdetail("The value given was " INT64_FORMAT ".", position)));
+	return position;
+}
+
+/*
+ * The acknowledgement of esrc.ack and of esrc.poll(..., ack): move the
+ * checkpoints of the partitions member holds from what its last poll read
+ * to position (given = false: to all that poll covered), in the caller's
+ * transaction, and record the new values in the leases.  Returns how many
+ * moved.  On return held[0 .. *nheld_out - 1] (def->npartitions entries)
+ * are the partitions the member holds and now_cps[] their checkpoints as
+ * they now are in the table, as seen by this transaction.  in_poll says
+ * who asks, for the messages.  Needs SPI connected; raises 25006 in a
+ * read-only transaction (before anything else), then 55000, 22023 and
+ * 40001 as docs/subscriptions.md lists them.
+ */
+static int
+ack_member(SubDef *def, const char *member, bool given, int64 position,
+		   bool in_poll, int32 *held, int64 *now_cps, int *nheld_out)
+{
+	int64		covered;
+	int			nheld;
+	int			moved;
+	bool		moved_by_other;
+	int32		other = 0;
+	int			i;
+
+	PreventCommandIfReadOnly(in_poll ? "esrc.poll() with ack" : "esrc.ack()");
+	nheld = esrc_lease_ack(&def->key, def->npartitions, member,
+						   esrc_subscription_lease_ms, held, now_cps, &covered);
+	if (nheld <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("member \"%s\" holds no partition of subscription \"%s\"",
+						member, def->name),
+				 errdetail(nheld < 0 ? "It has not polled within esrc.subscription_lease, or never." :
+						   "Its share of the partitions is empty: the group has more members than partitions."),
+				 errhint("Poll, then acknowledge what the poll returned.")));
+	for (i = 0; i < nheld; i++)
+		if (now_cps[i] < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("member \"%s\" has not polled partition %d of subscription \"%s\"",
+							member, held[i], def->name),
+					 errhint("Poll, then acknowledge what the poll returned.")));
+	if (!given)
+		position = covered;
+	if (position > covered)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("position " INT64_FORMAT " is beyond what the last poll of member \"%s\" covered",
+						position, member),
+				 errdetail("That poll covered positions up to " INT64_FORMAT ".", covered),
+				 in_poll ? errhint("Acknowledge a position the member received.") :
+				 errhint("Acknowledge a position the member received, or null for everything its last poll covered.")));
+
+	moved = write_checkpoints(def, nheld, held, now_cps, position, &moved_by_other, &other);
+	if (moved_by_other)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("the checkpoint of partition %d of subscription \"%s\" moved since member \"%s\" polled",
+						other, def->name, member),
+				 errdetail("Another member took the partition after the lease passed, or the subscription was reset; the events may have been processed elsewhere."),
+				 errhint("Roll back and poll again.")));
+	/* what write_checkpoints verified: each is where it was read, or position */
+	for (i = 0; i < nheld; i++)
+		now_cps[i] = Max(now_cps[i], position);
+	esrc_lease_record(&def->key, member, nheld, held, now_cps, -1);
+	*nheld_out = nheld;
+	return moved;
+}
+
+/*
  * esrc.ack(subscription, member, position DEFAULT NULL): returns how many
  * of the member's partitions moved.
  */
@@ -498,21 +632,10 @@ esrc_ack(PG_FUNCTION_ARGS)
 	char	   *subname = subscription_name_arg(fcinfo, 0);
 	char	   *member = member_name_arg(fcinfo, 1);
 	SubDef	   *def;
-	int32	   *held;
-	int64	   *polled;
-	int64		covered;
-	int64		position;
+	bool		given;
+	int64		position = ack_position_arg(fcinfo, 2, "position", &given);
 	int			nheld;
 	int			moved;
-	bool		moved_by_other;
-	int32		other = 0;
-	int			i;
-
-	if (!PG_ARGISNULL(2) && PG_GETARG_INT64(2) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("position must not be negative"),
-				 errdetail("The value given was " INT64_FORMAT ".", PG_GETARG_INT64(2))));
 
 	SPI_connect();
 	/* polled in this transaction: looked up and checked then */
@@ -523,45 +646,9 @@ esrc_ack(PG_FUNCTION_ARGS)
 		check_consumer(def);
 		check_not_projection(def);
 	}
-	held = palloc(sizeof(int32) * def->npartitions);
-	polled = palloc(sizeof(int64) * def->npartitions);
-	nheld = esrc_lease_ack(&def->key, def->npartitions, member,
-						   esrc_subscription_lease_ms, held, polled, &covered);
-	if (nheld <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("member \"%s\" holds no partition of subscription \"%s\"",
-						member, def->name),
-				 errdetail(nheld < 0 ? "It has not polled within esrc.subscription_lease, or never." :
-						   "Its share of the partitions is empty: the group has more members than partitions."),
-				 errhint("Poll, then acknowledge what the poll returned.")));
-	for (i = 0; i < nheld; i++)
-		if (polled[i] < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("member \"%s\" has not polled partition %d of subscription \"%s\"",
-							member, held[i], def->name),
-					 errhint("Poll, then acknowledge what the poll returned.")));
-	position = PG_ARGISNULL(2) ? covered : PG_GETARG_INT64(2);
-	if (position > covered)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("position " INT64_FORMAT " is beyond what the last poll of member \"%s\" covered",
-						position, member),
-				 errdetail("That poll covered positions up to " INT64_FORMAT ".", covered),
-				 errhint("Acknowledge a position the member received, or null for everything its last poll covered.")));
-
-	moved = write_checkpoints(def, nheld, held, polled, position, &moved_by_other, &other);
-	if (moved_by_other)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("the checkpoint of partition %d of subscription \"%s\" moved since member \"%s\" polled",
-						other, def->name, member),
-				 errdetail("Another member took the partition after the lease passed, or the subscription was reset; the events may have been processed elsewhere."),
-				 errhint("Roll back and poll again.")));
-	for (i = 0; i < nheld; i++)
-		polled[i] = Max(polled[i], position);
-	esrc_lease_record(&def->key, member, nheld, held, polled, -1);
+	moved = ack_member(def, member, given, position, false,
+					   palloc(sizeof(int32) * def->npartitions),
+					   palloc(sizeof(int64) * def->npartitions), &nheld);
 	SPI_finish();
 	PG_RETURN_INT32(moved);
 }

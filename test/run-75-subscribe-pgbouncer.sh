@@ -16,7 +16,11 @@
 #   4. examples/subscriptions/consumer.py (two members, one stopped with
 #      SIGTERM mid-load and a third started) against 8 pgbench writers:
 #      the results table equals the log (every event exactly once), in
-#      per-stream order, and every consumer exits 0 on SIGTERM.
+#      per-stream order, and every consumer exits 0 on SIGTERM;
+#   5. the same consumer with --at-least-once (one autocommit poll with ack
+#      per batch) under more load, killed with kill -9 and restarted, then
+#      stopped with SIGTERM and restarted: every event of the log is in
+#      its results at least once, and it exits 0 on SIGTERM.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/pgbouncer.sh"
@@ -216,4 +220,44 @@ check "each stream's events were processed in version order" \
     "NOT EXISTS (SELECT 1 FROM (SELECT version, lag(version) OVER (PARTITION BY stream ORDER BY consumed_at, position) AS prev
                                FROM consumed_events) x WHERE version <> prev + 1)"
 check "more than one member processed events" "(SELECT count(DISTINCT member) FROM consumed_events) > 1"
+
+# --- 5. the example consumer, at-least-once ----------------------------------
+direct -c "SELECT esrc.create_subscription('exal', ARRAY['load'], 4)" >/dev/null
+start_al() {
+    python3 "$ESRC_ROOT/examples/subscriptions/consumer.py" "$POOLED_DSN" exal al --wait 1 \
+        --max-count 20 --table consumed_al --at-least-once >>"$dir/consumer.al.out" 2>&1 &
+    consumers+=($!)
+    pid_al=$!
+}
+start_al
+"$PG_BINDIR/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -c 8 -j 2 -R 400 -T 3 -f "$dir/load.sql" postgres \
+    >"$dir/pgbench.3" 2>&1 &
+load=$!
+sleep 1
+kill -9 "$pid_al"; wait "$pid_al" 2>/dev/null || true
+start_al
+sleep 1
+kill -TERM "$pid_al"
+rc=0; wait "$pid_al" || rc=$?
+if [ $rc = 0 ] && grep -q "al: stopped" "$dir/consumer.al.out"; then log "ok - the at-least-once consumer stopped cleanly on SIGTERM mid-load"
+else log "FAIL - at-least-once consumer on SIGTERM: exit $rc, $(tail -3 "$dir/consumer.al.out")"; status=1; fi
+start_al
+wait "$load" || die "pgbench failed: $(tail -5 "$dir/pgbench.3")"
+total=$(direct -c "SELECT count(*) FROM esrc.events WHERE category = 'load'")
+for ((i = 0; i < 600; i++)); do
+    [ "$(direct -c "SELECT count(DISTINCT position) FROM consumed_al")" -ge "$total" ] &&
+        [ "$(direct -c "SELECT sum(events_behind) FROM esrc.subscription_status WHERE subscription = 'exal'")" = 0 ] && break
+    sleep 0.1
+done
+kill -TERM "$pid_al"
+rc=0; wait "$pid_al" || rc=$?
+[ $rc = 0 ] || { log "FAIL - the at-least-once consumer exited $rc on SIGTERM: $(tail -3 "$dir/consumer.al.out")"; status=1; }
+consumers=()
+log "  al: $(grep -c ': batch ' "$dir/consumer.al.out") batches over 3 runs, $(direct -c "SELECT count(*) - count(DISTINCT position) FROM consumed_al") events delivered again after the kill -9"
+check "the at-least-once consumer processed every event of the log ($total), none it was not given" \
+    "(SELECT count(DISTINCT position) FROM consumed_al) = $total
+     AND NOT EXISTS (SELECT position, stream, version, type FROM esrc.events WHERE category = 'load'
+                     EXCEPT SELECT position, stream, version, type FROM consumed_al)
+     AND NOT EXISTS (SELECT position, stream, version, type FROM consumed_al
+                     EXCEPT SELECT position, stream, version, type FROM esrc.events WHERE category = 'load')"
 exit $status

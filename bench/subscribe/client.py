@@ -16,10 +16,17 @@ OUT and run for SECONDS.
 Throughput (prints "events N seconds S events_per_s R"):
 
   scan   DSN EVENTS                   read_all(after, 100) until EVENTS rows
-  consume DSN EVENTS SUB MEMBERS      MEMBERS processes poll(SUB, m, 100)
+  consume DSN EVENTS SUB MEMBERS [STYLE]
+                                      MEMBERS processes poll(SUB, m, 100)
                                       + ack per transaction until EVENTS
                                       are acked between them; from the
-                                      first poll to the last commit
+                                      first poll to the last commit.
+                                      STYLE plain (BEGIN, poll, ack,
+                                      COMMIT), pipelined (the same in two
+                                      round trips), or poll_ack (one
+                                      autocommit poll(..., ack => the last
+                                      position of the batch before) per
+                                      batch: at-least-once)
 
 Load for the append benchmark:
 
@@ -142,19 +149,34 @@ def _batch_pipelined(conn, sub, member, wait):
     return rows
 
 
+def _batch_poll_ack(conn, sub, member, wait, ack):
+    # one statement per batch, in autocommit: acknowledge the batch before
+    # (None: nothing to acknowledge) and fetch the next
+    return conn.execute("SELECT * FROM esrc.poll(%s, %s, 100, %s, %s)",
+                        (sub, member, wait, ack)).fetchall()
+
+
 def _member(dsn, events, sub, member, barrier, total, starts, ends, i, style):
     conn = connect(dsn)
     wait = datetime.timedelta(milliseconds=100)
     batch = _batch_pipelined if style == "pipelined" else _batch_plain
+    ack = None
     barrier.wait()
     starts[i] = time.monotonic()
     ends[i] = starts[i]
     while True:
         try:
-            rows = batch(conn, sub, member, wait)
+            if style == "poll_ack":
+                rows = _batch_poll_ack(conn, sub, member, wait, ack)
+                if not rows and ack is not None:
+                    ends[i] = time.monotonic()   # the last batch's ack committed
+                ack = rows[-1][0] if rows else None
+            else:
+                rows = batch(conn, sub, member, wait)
         except psycopg.errors.SerializationFailure:
             # another member acknowledged first (a lease passed): the batch
             # rolled back, poll again, as every consumer does
+            ack = None
             continue
         if rows:
             ends[i] = time.monotonic()

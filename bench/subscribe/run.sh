@@ -15,6 +15,14 @@
 #    esrc.read_all(after, 100) by the same client.  Then 1 member again with
 #    synchronous_commit = off in its session (the commit of each batch no
 #    longer waits for the WAL flush, which is most of a batch's cost here).
+#    Then $BENCH_ROUNDS (3) rounds of: the scan, 1 member plain (BEGIN,
+#    poll, ack, COMMIT: four round trips a batch) and 1 member polling with
+#    ack (one autocommit esrc.poll(..., ack => the last position of the
+#    batch before) per batch: one round trip, at-least-once), and the
+#    same with synchronous_commit = off in its session (safe for
+#    at-least-once: a crash loses acknowledgements, whose batches come
+#    again), each member as a ratio to the scan of its round; the best of
+#    each, the median and the per-round ratios.
 # 2. latency, commit -> the reader has the rows, at $BENCH_RATE (1,000)
 #    appends/s (one event per transaction, Poisson arrivals) from 8 pgbench
 #    writers for $BENCH_LAT_SECONDS (10) s per reader, one reader at a time:
@@ -148,6 +156,35 @@ sql "SELECT esrc.create_subscription('thru1async', partitions => 16)" >/dev/null
 out=$(python3 "$CLIENT" consume "$DSN options=-csynchronous_commit=off" "$EVENTS" thru1async 1)
 echo "consume_1_member_16_partitions_async_commit $out  $(ratio "${out##* }" "$scan_eps")x of the scan"
 sql "CHECKPOINT" >/dev/null
+
+# One member, one round trip a batch (poll with ack) against the plain loop
+# and the scan, round by round: on a shared machine the three are measured
+# close together in time, and the ranges show the noise.
+declare -A rbest rlist
+for r in $(seq 1 "$ROUNDS"); do
+    s=$(python3 "$CLIENT" scan "$DSN" "$EVENTS"); s=${s##* }
+    line="  round $r  scan $s events/s"
+    for style in plain poll_ack poll_ack_async; do
+        sql "SELECT esrc.create_subscription('thru1$style$r', partitions => 16)" >/dev/null
+        if [ "$style" = poll_ack_async ]; then
+            out=$(python3 "$CLIENT" consume "$DSN options=-csynchronous_commit=off" "$EVENTS" "thru1$style$r" 1 poll_ack)
+        else
+            out=$(python3 "$CLIENT" consume "$DSN" "$EVENTS" "thru1$style$r" 1 "$style")
+        fi
+        behind=$(sql "SELECT sum(events_behind) FROM esrc.subscription_status WHERE subscription = 'thru1$style$r'")
+        [ "$behind" = 0 ] || echo "  (subscription thru1$style$r still $behind events behind)"
+        x=$(ratio "${out##* }" "$s")
+        line="$line, $style ${out##* } ($x x)"
+        rlist[$style]="${rlist[$style]:-} $x"
+        if [ -z "${rbest[$style]:-}" ] || python3 -c "import sys; sys.exit(not $x > ${rbest[$style]})"; then rbest[$style]=$x; fi
+        sql "SELECT esrc.drop_subscription('thru1$style$r')" >/dev/null
+        sql "CHECKPOINT" >/dev/null
+    done
+    echo "$line"
+done
+for style in plain poll_ack poll_ack_async; do
+    echo "consume_1_member_16_partitions_rounds_$style best ${rbest[$style]}x  median $(median "${rlist[$style]}")x of the scan of the same round  (${rlist[$style]} )"
+done
 
 # --- 2. latency --------------------------------------------------------
 echo "SELECT esrc.append('lat-' || (random() * 100)::int, 'Tick', '{\"x\": 1}');" >"$dir/plain.sql"
