@@ -49,6 +49,16 @@
 #endif
 
 /*
+ * A function that never returns, marked before its declaration.  18
+ * replaced the trailing pg_attribute_noreturn() by the leading pg_noreturn.
+ */
+#if PG_VERSION_NUM >= 180000
+#define esrc_noreturn pg_noreturn
+#else
+#define esrc_noreturn pg_attribute_noreturn()
+#endif
+
+/*
  * This backend's index into ProcGlobal->allProcs.  17 replaced
  * PGPROC.pgprocno by MyProcNumber.
  */

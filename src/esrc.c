@@ -16,6 +16,7 @@
 
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "commands/trigger.h"
 #include "catalog/pg_class.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -182,4 +183,33 @@ esrc_relation_owner(Oid relid)
 	owner = ((Form_pg_class) GETSTRUCT(tp))->relowner;
 	ReleaseSysCache(tp);
 	return owner;
+}
+
+/*
+ * The body of the triggers that keep esrc's records append-only
+ * (esrc.projection_skips, esrc.erasures): refuse the UPDATE, DELETE or
+ * TRUNCATE that fired it, naming the table and what it records.  Never
+ * returns.
+ */
+void
+esrc_refuse_change(FunctionCallInfo fcinfo, const char *fname, const char *table,
+				   const char *record, const char *detail)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const char *op;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s() must be called as a trigger", fname)));
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		op = "update";
+	else if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		op = "delete";
+	else
+		op = "truncate";
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("cannot %s rows of %s: the record of %s is append-only", op, table, record),
+			 detail ? errdetail_internal("%s", detail) : 0));
 }

@@ -287,4 +287,9 @@ extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);
 extern Oid	esrc_relation_owner(Oid relid);
 
+/* esrc.c: the body of the append-only triggers of esrc's records */
+extern esrc_noreturn void esrc_refuse_change(FunctionCallInfo fcinfo, const char *fname,
+											 const char *table, const char *record,
+											 const char *detail);
+
 #endif							/* ESRC_H */

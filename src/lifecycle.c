@@ -579,22 +579,6 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 Datum
 esrc_erasures_immutable(PG_FUNCTION_ARGS)
 {
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	const char *op;
-
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("esrc.erasures_immutable() must be called as a trigger")));
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-		op = "update";
-	else if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-		op = "delete";
-	else
-		op = "truncate";
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("cannot %s rows of esrc.erasures: the record of erasures is append-only", op),
-			 errdetail("Every erasure stays recorded.")));
-	PG_RETURN_NULL();
+	esrc_refuse_change(fcinfo, "esrc.erasures_immutable", "esrc.erasures", "erasures",
+					   "Every erasure stays recorded.");
 }

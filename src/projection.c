@@ -692,21 +692,6 @@ esrc_projections_guard(PG_FUNCTION_ARGS)
 Datum
 esrc_projection_skips_immutable(PG_FUNCTION_ARGS)
 {
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	const char *op;
-
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("esrc.projection_skips_immutable() must be called as a trigger")));
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-		op = "update";
-	else if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-		op = "delete";
-	else
-		op = "truncate";
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("cannot %s rows of esrc.projection_skips: the record of skipped events is append-only", op)));
-	PG_RETURN_NULL();
+	esrc_refuse_change(fcinfo, "esrc.projection_skips_immutable", "esrc.projection_skips",
+					   "skipped events", NULL);
 }

@@ -40,6 +40,9 @@
 #      none    no projection (besides the idle keep-alive)
 #      proj3   3 projections of the load's category (start 'end'), each
 #              into its own table
+#      batch3  the same 3 projections with batch handlers (events
+#              esrc.event[]): one INSERT ... SELECT ... GROUP BY ... ON
+#              CONFLICT per batch instead of one upsert per event
 #      slow3   3 projections whose handler also does pg_sleep(0.001): the
 #              workers fall behind; appends must not slow down
 #    $BENCH_ROUNDS (3) rounds alternate the variants; the best round of
@@ -302,6 +305,21 @@ CREATE FUNCTION public.load_handler3(e esrc.event) RETURNS void LANGUAGE sql AS 
     INSERT INTO public.load_counts3 VALUES (e.stream, 1, e.position, clock_timestamp())
     ON CONFLICT (stream) DO UPDATE SET n = load_counts3.n + 1, last_position = excluded.last_position,
                                        updated_at = excluded.updated_at $$;
+CREATE FUNCTION public.load_batch1(es esrc.event[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.load_counts1
+    SELECT e.stream, count(*), max(e.position), clock_timestamp() FROM unnest(es) e GROUP BY e.stream
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts1.n + excluded.n, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
+CREATE FUNCTION public.load_batch2(es esrc.event[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.load_counts2
+    SELECT e.stream, count(*), max(e.position), clock_timestamp() FROM unnest(es) e GROUP BY e.stream
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts2.n + excluded.n, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
+CREATE FUNCTION public.load_batch3(es esrc.event[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.load_counts3
+    SELECT e.stream, count(*), max(e.position), clock_timestamp() FROM unnest(es) e GROUP BY e.stream
+    ON CONFLICT (stream) DO UPDATE SET n = load_counts3.n + excluded.n, last_position = excluded.last_position,
+                                       updated_at = excluded.updated_at $$;
 CREATE FUNCTION public.slow_handler(e esrc.event) RETURNS void LANGUAGE sql AS $$
     SELECT pg_sleep(0.001);
     INSERT INTO public.load_counts1 VALUES (e.stream, 1, e.position, clock_timestamp())
@@ -317,6 +335,9 @@ SELECT esrc.append('load-' || :s, 'Tick', '{\"n\": 1, \"pad\": \"xxxxxxxxxxxxxxx
         proj3) for i in 1 2 3; do
                    sql "SELECT esrc.create_projection('load$i', 'public.load_handler$i(esrc.event)', ARRAY['load'], start => 'end')" >/dev/null
                    projs+=("load$i"); done ;;
+        batch3) for i in 1 2 3; do
+                   sql "SELECT esrc.create_projection('batch$i', 'public.load_batch$i(esrc.event[])', ARRAY['load'], start => 'end')" >/dev/null
+                   projs+=("batch$i"); done ;;
         slow3) for i in 1 2 3; do
                    sql "SELECT esrc.create_projection('slow$i', 'public.slow_handler(esrc.event)', ARRAY['load'], start => 'end')" >/dev/null
                    projs+=("slow$i"); done ;;
@@ -342,13 +363,15 @@ SELECT esrc.append('load-' || :s, 'Tick', '{\"n\": 1, \"pad\": \"xxxxxxxxxxxxxxx
     for r in $(seq 1 "$ROUNDS"); do
         append_run none
         append_run proj3
+        append_run batch3
         append_run slow3
-        for v in proj3 slow3; do
+        for v in proj3 batch3 slow3; do
             ratios[$v]="${ratios[$v]:-} $(ratio "${this[$v]}" "${this[none]}")"
         done
     done
     echo "append_tps_no_projection ${best[none]}"
     echo "append_tps_3_projections ${best[proj3]}  $(ratio "${best[proj3]}" "${best[none]}")x  median $(median "${ratios[proj3]}")x  (${ratios[proj3]} )  (target >= 0.9x)"
+    echo "append_tps_3_batch_projections ${best[batch3]}  $(ratio "${best[batch3]}" "${best[none]}")x  median $(median "${ratios[batch3]}")x  (${ratios[batch3]} )  (target >= 0.9x)"
     echo "append_tps_3_slow_projections ${best[slow3]}  $(ratio "${best[slow3]}" "${best[none]}")x  median $(median "${ratios[slow3]}")x  (${ratios[slow3]} )"
 fi
 
