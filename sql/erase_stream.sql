@@ -38,21 +38,87 @@ SELECT stream, version, state FROM erasure_state ORDER BY stream;
 SELECT esrc.append('erasure-1', 'Opened', '{"name": "Alice"}', '{"ip": "192.0.2.1"}',
                    expected_version => -1, id => 'e0000000-0000-4000-8000-000000000001');
 
--- what the snapshot functions report for an erased stream today (the
--- snapshot row is gone, so load gives the initial state at version -1, and
--- snapshot_at replays the redacted events); see docs/lifecycle.md
+-- an erased stream has no snapshot state: load and snapshot_at raise 55000
+-- (the detail names the time of the erasure, checked below)
+\set VERBOSITY terse
 SELECT * FROM esrc.load('erasure_state', 'erasure-1');
 SELECT esrc.snapshot_at('erasure_state', 'erasure-1', 2);
+SELECT esrc.snapshot_at('erasure_state', 'erasure-1', -1);
+-- and takes no new events, in a category with snapshots too (55000, not
+-- XX001), whatever expected_version says; nothing is written
+SELECT esrc.append('erasure-1', 'Reopened', '{"name": "A."}');
+SELECT esrc.append('erasure-1', 'Reopened', '{"name": "A."}', expected_version => 2);
+SELECT esrc.append_batch('erasure-1', '[{"type": "Reopened", "data": {}}]');
+\set VERBOSITY default
+SET datestyle = 'ISO, MDY';  -- the detail's timestamp is in ISO
+DO $$
+DECLARE
+    msg text; detail text; hint text; state text;
+    at timestamptz := (SELECT min(erased_at) FROM esrc.erasures WHERE stream = 'erasure-1');
+BEGIN
+    BEGIN
+        PERFORM esrc.load('erasure_state', 'erasure-1');
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+            detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    END;
+    RAISE NOTICE '% % / detail names the erasure: % / %', state, msg,
+        detail = format('esrc.erase_stream() erased it at %s; its events are redacted and it has no snapshot state.', at),
+        hint;
+    BEGIN
+        PERFORM esrc.append('erasure-1', 'Reopened', '{}');
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+    END;
+    RAISE NOTICE 'append: %', hint;
+END
+$$;
+RESET datestyle;
+SELECT esrc.stream_version('erasure-1');
+-- a stream that was never erased still loads as new, and the other stream
+-- loads as before
+SELECT * FROM esrc.load('erasure_state', 'erasure-9');
+SELECT * FROM esrc.load('erasure_state', 'erasure-2');
+
+-- create_snapshot and rebuild_snapshot, online and in place, write no row
+-- for an erased stream
+SELECT esrc.create_snapshot('erasure_state2', 'erasure', 'esrc.merge(jsonb, esrc.event)');
+SELECT stream, version, state FROM erasure_state2 ORDER BY stream;
+SELECT esrc.rebuild_snapshot('erasure_state');
+SELECT stream, version, state FROM erasure_state ORDER BY stream;
+CREATE FUNCTION erasure_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TRIGGER noop AFTER INSERT ON erasure_state2 FOR EACH ROW EXECUTE FUNCTION erasure_noop();
+SET client_min_messages = debug1;
+SELECT esrc.rebuild_snapshot('erasure_state2');
+RESET client_min_messages;
+SELECT stream, version, state FROM erasure_state2 ORDER BY stream;
+SELECT esrc.drop_snapshot('erasure_state2');
+DROP FUNCTION erasure_noop();
 
 -- erasing it again redacts nothing and is recorded with 0 events
 SELECT esrc.erase_stream('erasure-1', 'second request');
 SELECT events, reason FROM esrc.erasures WHERE stream = 'erasure-1' ORDER BY id;
 
--- events appended after an erasure are redacted by the next one
-DROP TABLE erasure_state;
+-- events loaded into the log after an erasure, other than by esrc.append
+-- (here a superuser's INSERT), are redacted by the next erase; meanwhile
+-- an append is refused by the snapshot trigger (55000, not XX001), and the
+-- rebuild skips the stream
+INSERT INTO esrc.events (position, stream, version, type, data, id, recorded_at, category)
+VALUES (nextval('esrc.position_seq'), 'erasure-1', 3, 'Reopened', '{"name": "A."}',
+        gen_random_uuid(), now(), 'erasure');
+\set VERBOSITY terse
 SELECT esrc.append('erasure-1', 'Reopened', '{"name": "A."}');
+\set VERBOSITY default
+SELECT esrc.rebuild_snapshot('erasure_state');
+SELECT stream, version FROM erasure_state ORDER BY stream;
 SELECT esrc.erase_stream('erasure-1', 'third request');
 SELECT version, type, data, metadata FROM esrc.read_stream('erasure-1');
+DROP TABLE erasure_state;
+
+-- without snapshots, appends to an erased stream are refused all the same
+\set VERBOSITY terse
+SELECT esrc.append('erasure-1', 'Reopened', '{"name": "A."}');
+\set VERBOSITY default
 
 -- rolled back with its transaction, audit row included
 BEGIN;

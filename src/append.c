@@ -14,7 +14,8 @@
  *		(idempotent retries) and the stream's head version with a fresh
  *		snapshot, so it sees every append that committed before it got the
  *		lock;
- *	 4. checks expected_version (SQLSTATE 40001 on a mismatch);
+ *	 4. refuses a stream erased by esrc.erase_stream (55000; lifecycle.c),
+ *		then checks expected_version (SQLSTATE 40001 on a mismatch);
  *	 5. inserts the events with consecutive versions head+1, head+2, ...,
  *		taking global positions from order.c.
  *
@@ -545,18 +546,29 @@ begin_equal_scan(EventLog *log, Relation idx, Datum value, Snapshot snap)
 
 /*
  * The head version of a stream as snap sees it, -1 if it has no events:
- * the last entry of the stream in the (stream, version) index.
+ * the last entry of the stream in the (stream, version) index.  *redacted:
+ * is that event redacted by esrc.erase_stream (a cheap test of the row
+ * already fetched; see append_events)?
  */
 static int64
-stream_head(EventLog *log, text *stream, Snapshot snap)
+stream_head(EventLog *log, text *stream, Snapshot snap, bool *redacted)
 {
 	IndexScanDesc scan = begin_equal_scan(log, log->stream_idx,
 										  PointerGetDatum(stream), snap);
 	int64		head = -1;
 	bool		isnull;
 
+	*redacted = false;
 	if (index_getnext_slot(scan, BackwardScanDirection, log->scanslot))
+	{
+		bool		datanull;
+		bool		metanull;
+		Datum		data = slot_getattr(log->scanslot, Anum_events_data, &datanull);
+
+		(void) slot_getattr(log->scanslot, Anum_events_metadata, &metanull);
 		head = DatumGetInt64(slot_getattr(log->scanslot, Anum_events_version, &isnull));
+		*redacted = esrc_is_redacted(data, datanull, metanull);
+	}
 	index_endscan(scan);
 	ExecClearTuple(log->scanslot);
 	return head;
@@ -756,6 +768,7 @@ append_events(char *stream, int nevents, EventInput *events,
 	Snapshot	snap;
 	int64		head;
 	int64		result;
+	bool		redacted;
 	TimestampTz now = GetCurrentTimestamp();
 
 	esrc_require_shared();
@@ -784,18 +797,26 @@ append_events(char *stream, int nevents, EventInput *events,
 		return result;
 	}
 
-	head = stream_head(&log, stream_text, snap);
+	head = stream_head(&log, stream_text, snap, &redacted);
 
 	/*
+	 * An erased stream takes no new events (docs/lifecycle.md).  erase_stream
+	 * redacts every event up to the head under the stream lock, so only a
+	 * stream whose head event is redacted can be erased: esrc.erasures is
+	 * probed only then.  (An idempotent retry was answered above.)
+	 *
 	 * At REPEATABLE READ and above the snapshot may predate the last append
 	 * to this stream; appending on top of an event the transaction cannot
-	 * see would be a lost update, so fail like PostgreSQL does.
+	 * see would be a lost update, so fail like PostgreSQL does.  The head
+	 * a snapshot taken under the lock sees decides whether it was erased.
 	 */
 	if (IsolationUsesXactSnapshot())
 	{
 		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
-		int64		latest_head = stream_head(&log, stream_text, latest);
+		int64		latest_head = stream_head(&log, stream_text, latest, &redacted);
 
+		if (redacted)
+			esrc_check_not_erased(stream, latest, true);
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
 			ereport(ERROR,
@@ -804,6 +825,8 @@ append_events(char *stream, int nevents, EventInput *events,
 							stream),
 					 errhint("Retry the transaction.")));
 	}
+	else if (redacted)
+		esrc_check_not_erased(stream, snap, true);
 
 	if (!expected_isnull && !expected_matches(expected, head))
 		raise_version_conflict(stream, expected, head);

@@ -281,6 +281,10 @@ extern Oid	esrc_lookup_function(const char *identity);
 #define ESRC_ERASED_DATA "{\"erased\": true}"
 struct TriggerData;
 extern bool esrc_erasure_permits(struct TriggerData *trigdata);
+extern bool esrc_is_redacted(Datum data, bool datanull, bool metanull);
+extern bool esrc_stream_erased(const char *stream, Snapshot snap,
+							   TimestampTz *first_at);
+extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

@@ -14,7 +14,12 @@
  *	 - the one exception to the immutability of esrc.events:
  *	   esrc_erasure_permits(), which append.c's trigger asks before it
  *	   refuses an UPDATE;
- *	 - the trigger that keeps esrc.erasures append-only.
+ *	 - the trigger that keeps esrc.erasures append-only;
+ *	 - the answer to "is this stream erased?" (esrc_stream_erased, one
+ *	   probe of esrc.erasures' index on stream, and esrc_is_redacted, the
+ *	   cheap test that tells the callers when to ask): append.c refuses
+ *	   new events for an erased stream, the snapshot code gives it no state
+ *	   (snapread.c, snapbuild.c, snaprebuild.c, snapapply.c).
  *
  * Invariants kept:
  *	 - an event is never removed and no column but data and metadata ever
@@ -76,9 +81,11 @@
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "esrc.h"
 
@@ -203,10 +210,13 @@ run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
 
 /*
  * The snapshot tables of a category (esrc.snapshots, read as its owner),
- * each locked RowExclusiveLock -- the lock an append's trigger takes before
- * it reads a snapshot row -- so that an erase waits for a rebuild in
- * progress and a rebuild waits for the erase.  Returns the number of
- * tables; their oids in *relids (CurrentMemoryContext).
+ * each locked ShareUpdateExclusiveLock: it conflicts with the lock of
+ * rebuild_snapshot (online and in place) but not with the RowExclusiveLock
+ * of appends or with readers, so that an erase waits for a rebuild in
+ * progress and a rebuild waits for the erase -- an online rebuild that
+ * folded the stream before the erase would otherwise swap its row back in.
+ * Returns the number of tables; their oids in *relids
+ * (CurrentMemoryContext).
  */
 static int
 category_snapshots(const char *category, Oid **relids)
@@ -234,7 +244,7 @@ category_snapshots(const char *category, Oid **relids)
 													  &isnull));
 	}
 	for (i = 0; i < n; i++)
-		LockRelationOid((*relids)[i], RowExclusiveLock);
+		LockRelationOid((*relids)[i], ShareUpdateExclusiveLock);
 	return n;
 }
 
@@ -573,6 +583,114 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_INT64(ntodo);
+}
+
+/* ----------------------------------------------------------------
+ * Is a stream erased?  (asked by append.c and the snapshot code)
+ * ----------------------------------------------------------------
+ */
+
+/* columns of esrc.erasures, in the order of 50_lifecycle.sql */
+#define Anum_erasures_stream		3
+#define Anum_erasures_erased_at		7
+
+/*
+ * Is (data, metadata) the redaction erase_stream() writes?  Cheap: the
+ * raw sizes are compared first, so a large or TOASTed data is never
+ * fetched.  The marker is a constant, built once per backend.
+ */
+bool
+esrc_is_redacted(Datum data, bool datanull, bool metanull)
+{
+	static Datum marker = (Datum) 0;
+
+	if (datanull || !metanull)
+		return false;
+	if (marker == (Datum) 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		marker = erased_marker();
+		MemoryContextSwitchTo(old);
+	}
+	return datum_image_eq(data, marker, false, -1);
+}
+
+/*
+ * Has esrc.erase_stream() erased stream, as snap sees esrc.erasures?  If
+ * so and first_at is not NULL, *first_at is the time of its first erasure.
+ * One probe of the index erasures_stream_idx, read directly, as a catalog
+ * is read: no privilege on esrc.erasures is needed (load and append
+ * callers have none).  Callers look only when they have reason to (no
+ * snapshot row, a redacted event), so the cost stays off the common path.
+ */
+bool
+esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
+{
+	Relation	rel = table_open(esrc_relation_oid("erasures"), AccessShareLock);
+	Oid			idxoid = get_relname_relid("erasures_stream_idx", esrc_schema_oid());
+	Relation	idx;
+	TupleTableSlot *slot;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	bool		found = false;
+
+	if (!OidIsValid(idxoid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("esrc.erasures has no index erasures_stream_idx"),
+				 errhint("Reinstall the extension; its indexes must not be dropped.")));
+	idx = index_open(idxoid, AccessShareLock);
+	if (idx->rd_rel->relam != BTREE_AM_OID ||
+		idx->rd_index->indkey.values[0] != Anum_erasures_stream ||
+		idx->rd_opcintype[0] != TEXTOID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_erased_at - 1)->atttypid != TIMESTAMPTZOID)
+		elog(ERROR, "esrc.erasures or its index erasures_stream_idx has an unexpected shape");
+	slot = table_slot_create(rel, NULL);
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ,
+						   CStringGetTextDatum(stream));
+	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		TimestampTz at = DatumGetTimestampTz(slot_getattr(slot, Anum_erasures_erased_at,
+														  &isnull));
+
+		if (first_at != NULL && (!found || at < *first_at))
+			*first_at = at;
+		found = true;
+		if (first_at == NULL)
+			break;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Raise 55000 if stream is erased (as snap sees esrc.erasures): for load
+ * and snapshot_at (appending false), and for an append (true), which an
+ * erased stream refuses.
+ */
+void
+esrc_check_not_erased(const char *stream, Snapshot snap, bool appending)
+{
+	TimestampTz at;
+
+	if (!esrc_stream_erased(stream, snap, &at))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("stream \"%s\" was erased", stream),
+			 errdetail("esrc.erase_stream() erased it at %s; its events are redacted and it has no snapshot state.",
+					   timestamptz_to_str(at)),
+			 appending ?
+			 errhint("An erased stream takes no new events; append to a stream with another name.") :
+			 errhint("Treat the stream as deleted; esrc.erasures records when and why it was erased.")));
 }
 
 /* Trigger of esrc.erasures: the record of erasures is append-only. */

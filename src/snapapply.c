@@ -81,10 +81,19 @@ attno(TupleDesc desc, const char *name)
 	return n;
 }
 
+/*
+ * The version invariant (S2).  A stream without a row whose new event is
+ * not its first may have been erased (erase_stream deleted its row): that
+ * is an erased stream taking an event, refused with 55000 as append.c
+ * refuses it, not a snapshot out of step.  esrc.erasures is probed only
+ * then, with snap.
+ */
 static void
 check_in_step(SnapshotDef *def, const char *stream_str, bool exists,
-			  int64 prev, int64 version)
+			  int64 prev, int64 version, Snapshot snap)
 {
+	if (!exists && version > 0)
+		esrc_check_not_erased(stream_str, snap, true);
 	if (prev + 1 != version)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
@@ -219,7 +228,7 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 	else
 		state = JsonbPGetDatum(def->initial_state);
 
-	check_in_step(def, stream_str, exists, prev, version);
+	check_in_step(def, stream_str, exists, prev, version, snap);
 	newstate = snap_call_reducer(def, state, event);
 
 	/* an executor state just for the write, as the replication apply has */
@@ -292,7 +301,7 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 	else
 		state = JsonbPGetDatum(def->initial_state);
 
-	check_in_step(def, stream_str, exists, prev, version);
+	check_in_step(def, stream_str, exists, prev, version, snap);
 
 	values[1] = Int64GetDatum(version);
 	values[2] = snap_call_reducer(def, state, event);

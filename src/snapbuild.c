@@ -79,9 +79,28 @@ write_row(Fold *f, TimestampTz now, void *arg)
 }
 
 /*
+ * Is the stream whose first event (lowest version) is in slot erased, as
+ * snap sees esrc.erasures?  erase_stream redacts every event of a stream,
+ * its first one included, and appends to an erased stream are refused, so
+ * esrc.erasures is probed only for a stream whose first event is redacted:
+ * no cost for the others, and no memory beyond one stream.
+ */
+static bool
+erased_stream(TupleTableSlot *slot, const char *stream, Snapshot snap)
+{
+	if (!esrc_is_redacted(slot->tts_values[Anum_events_data - 1],
+						  slot->tts_isnull[Anum_events_data - 1],
+						  slot->tts_isnull[Anum_events_metadata - 1]))
+		return false;
+	return esrc_stream_erased(stream, snap, NULL);
+}
+
+/*
  * Fold the category's events at positions <= hi, stream by stream, and
  * hand each stream's final state to write (then f->stream, f->state and
- * f->next_version - 1 describe the row).  Runs inside snap_with_fold().
+ * f->next_version - 1 describe the row).  Streams erased by
+ * esrc.erase_stream get no row (erased_stream).  Runs inside
+ * snap_with_fold().
  *
  * The events are read, as the caller, by an index scan of the category in
  * esrc.events (read.c), so the cost follows the size of the category, not
@@ -102,7 +121,8 @@ snap_fold_sorted(Fold *f, Snapshot snap, int64 hi, SnapRowWriter write, void *ar
 	TupleTableSlot *outslot;
 	TupleTableSlot *slot;
 	EsrcLogScan *scan;
-	bool		have_stream = false;
+	char	   *current = NULL; /* the stream being read */
+	bool		have_stream = false;	/* and folded: not erased */
 
 	/* read the category's events as the caller, with snap */
 	sort = tuplesort_begin_heap(snap_cache.event_desc, 2, sortcols, sortops, collations,
@@ -129,16 +149,22 @@ snap_fold_sorted(Fold *f, Snapshot snap, int64 hi, SnapRowWriter write, void *ar
 
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(outslot);
-		stream = TextDatumGetCString(outslot->tts_values[1]);
-		if (!have_stream || strcmp(stream, f->stream) != 0)
+		stream = TextDatumGetCString(outslot->tts_values[Anum_events_stream - 1]);
+		if (current == NULL || strcmp(stream, current) != 0)
 		{
 			if (have_stream)
 				write(f, now, arg);
-			snap_fold_start(f, stream);
-			have_stream = true;
+			if (current != NULL)
+				pfree(current);
+			current = stream;
+			have_stream = !erased_stream(outslot, stream, snap);
+			if (have_stream)
+				snap_fold_start(f, stream);
 		}
-		pfree(stream);
-		snap_fold_apply(f, outslot->tts_values, outslot->tts_isnull);
+		else
+			pfree(stream);
+		if (have_stream)
+			snap_fold_apply(f, outslot->tts_values, outslot->tts_isnull);
 	}
 	if (have_stream)
 		write(f, now, arg);

@@ -84,7 +84,7 @@ snapshot_read_callback(const RangeVar *relation, Oid relId, Oid oldRelId,
 /*
  * esrc.load(snapshot, stream) -> (state, version).  Reads the table as the
  * caller, with the caller's snapshot rules (a new snapshot at READ
- * COMMITTED).
+ * COMMITTED).  A stream erased by esrc.erase_stream raises 55000.
  */
 Datum
 esrc_load(PG_FUNCTION_ARGS)
@@ -152,6 +152,19 @@ esrc_load(PG_FUNCTION_ARGS)
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 
+	/*
+	 * No row: a new stream, or an erased one (erase_stream deleted its row,
+	 * rebuilds write none), for which the initial state at version -1 would
+	 * be a lie.  Only then is esrc.erasures probed.
+	 */
+	if (DatumGetInt64(result[1]) < 0)
+	{
+		Snapshot	snap = esrc_caller_snapshot();
+
+		esrc_check_not_erased(stream, snap, false);
+		UnregisterSnapshot(snap);
+	}
+
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), result, nulls)));
 }
 
@@ -159,7 +172,8 @@ esrc_load(PG_FUNCTION_ARGS)
  * esrc.snapshot_at(snapshot, stream, version): replay the stream's events
  * up to version through the reducer.  Reads the events as the caller, by
  * an index scan of (stream, version) with the caller's snapshot rules
- * (read.c); runs the reducer as the snapshot's owner.
+ * (read.c); runs the reducer as the snapshot's owner.  A stream erased by
+ * esrc.erase_stream raises 55000 before anything is replayed.
  */
 Datum
 esrc_snapshot_at(PG_FUNCTION_ARGS)
@@ -202,6 +216,8 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	check_stream_category(def, stream);
 
 	snap = esrc_caller_snapshot();
+	/* the redacted events of an erased stream have no state to replay */
+	esrc_check_not_erased(stream, snap, false);
 	scan = esrc_log_begin(ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream),
 						  0, version, ForwardScanDirection, snap);
 

@@ -264,7 +264,25 @@ catch_up_event(Rebuild *rb, Fold *f, TupleTableSlot *slot)
 		snap_fold_resume(f, stream, SPI_getbinval(row, desc, 2, &isnull), version);
 	}
 	else
+	{
+		bool		isnull;
+		int64		version = DatumGetInt64(slot_getattr(slot, Anum_events_version,
+														 &isnull));
+
+		/*
+		 * A stream without a row whose event is not its first: erased
+		 * (erase_stream deleted nothing here -- it waits for us -- but the
+		 * fill skipped it), with an event loaded into the log by other
+		 * means than esrc.append.  It stays without a row.
+		 */
+		if (version > 0 && esrc_stream_erased(stream, rb->snap, NULL))
+		{
+			SPI_freetuptable(SPI_tuptable);
+			pfree(stream);
+			return;
+		}
 		snap_fold_start(f, stream);
+	}
 	SPI_freetuptable(SPI_tuptable);
 
 	snap_fold_apply(f, slot->tts_values, slot->tts_isnull);

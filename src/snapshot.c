@@ -63,7 +63,16 @@
  *	 - the trigger reads and writes snapshot rows with a snapshot taken
  *	   after those locks (GetLatestSnapshot, as RI triggers do), whatever
  *	   the isolation level, so an append that waited behind a rebuild or a
- *	   create applies its event on top of the rows they committed.
+ *	   create applies its event on top of the rows they committed;
+ *	 - esrc.erase_stream (lifecycle.c) deletes the stream's rows under
+ *	   ShareUpdateExclusiveLock on each table, so it and a rebuild wait for
+ *	   each other.
+ *
+ * Erased streams (docs/lifecycle.md) have no row and no state: load and
+ * snapshot_at raise 55000, the fold of create/rebuild skips them, and
+ * the trigger refuses an event of one with 55000 rather than XX001.  They
+ * are recognized by a record in esrc.erasures, probed only when there is
+ * reason to (lifecycle.c's esrc_stream_erased, esrc_is_redacted).
  *
  * Security.  Appends run as the appending role (esrc.append is neither
  * SECURITY DEFINER nor has a SET clause).  The trigger applies each
