@@ -55,7 +55,9 @@
 #    own (1 worker, 1 partition).
 #
 # Other knobs: BENCH_NO_BUILD=1 (skip make install), BENCH_SKIP="latency
-# catchup append batch" (sections to leave out), KEEP=1.
+# catchup append batch" (sections to leave out), BENCH_CONF="name = value;
+# ..." (more server settings, e.g. "esrc.projection_batch_delay = 20ms"),
+# KEEP=1.
 # Nothing is asserted beyond the result checks; prints "name value" lines.
 set -euo pipefail
 ESRC_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -80,8 +82,10 @@ cleanup() {
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
+conf=()
+[ -z "${BENCH_CONF:-}" ] || IFS=';' read -ra conf <<<"$BENCH_CONF"
 pg_start "$dir" "$port" "max_connections = 60" "shared_buffers = 256MB" "max_wal_size = 4GB" \
-    "track_commit_timestamp = on" "esrc.projection_workers = 1"
+    "track_commit_timestamp = on" "esrc.projection_workers = 1" ${conf[@]+"${conf[@]}"}
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -c "$1"; }
 ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
