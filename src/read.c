@@ -161,6 +161,10 @@ init_key(ScanKey key, Relation idx, int col, StrategyNumber strategy, Datum valu
 						   idx->rd_indcollation[col - 1], get_opcode(op), value);
 }
 
+static EsrcLogScan *log_begin(EsrcLogOrder order, Datum key, int64 lo,
+							  int64 hi, ScanDirection dir, Snapshot snap,
+							  bool check);
+
 /*
  * Start an index scan of esrc.events under snap (which the caller keeps
  * registered until esrc_log_end):
@@ -177,13 +181,33 @@ EsrcLogScan *
 esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 			   ScanDirection dir, Snapshot snap)
 {
+	return log_begin(order, key, lo, hi, dir, snap, true);
+}
+
+/*
+ * esrc_log_begin without the check of the caller's privileges: for the
+ * life-cycle functions (rules.c), whose callers (esrc_admin) may not read
+ * the log but must know a stream's last version.
+ */
+EsrcLogScan *
+esrc_log_begin_unchecked(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
+						 ScanDirection dir, Snapshot snap)
+{
+	return log_begin(order, key, lo, hi, dir, snap, false);
+}
+
+static EsrcLogScan *
+log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
+		  ScanDirection dir, Snapshot snap, bool check)
+{
 	EsrcLogScan *s = palloc0(sizeof(EsrcLogScan));
 	ScanKeyData keys[3];
 	int			nkeys = 0;
 	int			boundcol = order == ESRC_LOG_BY_POSITION ? 1 : 2;
 
 	s->rel = table_open(esrc_relation_oid("events"), AccessShareLock);
-	check_read_privilege(s->rel);
+	if (check)
+		check_read_privilege(s->rel);
 	esrc_check_log_rowtype(s->rel);
 
 	switch (order)
@@ -291,9 +315,10 @@ limit_arg(FunctionCallInfo fcinfo, int argno)
 
 /*
  * Run one read into the function's result tuplestore: at most limit rows
- * (-1: all) of the scan described as for esrc_log_begin.  With latest,
- * the scan runs under a snapshot taken now (global reads); otherwise
- * under the caller's snapshot rules.
+ * (-1: all) of the scan described as for esrc_log_begin, without the
+ * events the stream rules hide (rules.c; hidden events do not count
+ * towards the limit).  With latest, the scan runs under a snapshot taken
+ * now (global reads); otherwise under the caller's snapshot rules.
  */
 static void
 run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
@@ -304,6 +329,7 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	EsrcLogScan *scan;
 	TupleTableSlot *slot;
 	Snapshot	snap;
+	EsrcRuleFilter *rules;
 	int64		count = 0;
 	int			i;
 
@@ -311,6 +337,13 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	desc = rsinfo->setDesc;
 
 	snap = latest ? RegisterSnapshot(GetLatestSnapshot()) : esrc_caller_snapshot();
+	/* the stream rules (rules.c): a stream read starts at the first visible version */
+	rules = esrc_rules_begin(snap);
+	if (rules != NULL && order == ESRC_LOG_BY_STREAM)
+	{
+		lo = Max(lo, esrc_rules_first_visible(rules, DatumGetTextPP(key)));
+		rules = NULL;
+	}
 	scan = esrc_log_begin(order, key, lo, hi, dir, snap);
 	/* esrc.event is the first ESRC_EVENT_NATTS columns of esrc.events */
 	if (desc->natts != ESRC_EVENT_NATTS)
@@ -322,6 +355,8 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 
 	while ((limit < 0 || count < limit) && (slot = esrc_log_next(scan)) != NULL)
 	{
+		if (rules != NULL && !esrc_rules_visible(rules, slot))
+			continue;
 		tuplestore_putvalues(rsinfo->setResult, desc, slot->tts_values, slot->tts_isnull);
 		count++;
 	}
