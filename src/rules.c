@@ -64,6 +64,7 @@
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -452,13 +453,13 @@ typedef struct RuleValues
 } RuleValues;
 
 static char *
-reason_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+reason_arg(FunctionCallInfo fcinfo, int argno, const char *hint)
 {
 	if (PG_ARGISNULL(argno) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(argno)) == 0)
 		ereport(ERROR,
 				(errcode(PG_ARGISNULL(argno) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("reason must not be %s", PG_ARGISNULL(argno) ? "null" : "empty"),
-				 errhint("Say why the stream's %s; it is recorded in esrc.erasures.", what)));
+				 errhint("%s", hint)));
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
@@ -515,8 +516,15 @@ rules_json(const RuleValues *rv)
 		appendStringInfoString(&buf, "null");
 	appendStringInfoString(&buf, ", \"max_age\": ");
 	if (rv->has_max_age)
-		escape_json(&buf, DatumGetCString(DirectFunctionCall1(interval_out,
-															  IntervalPGetDatum(&rv->max_age))));
+	{
+		/* ISO 8601, whatever the session's IntervalStyle */
+		struct pg_itm itm;
+		char		iso[MAXDATELEN + 1];
+
+		interval2itm(rv->max_age, &itm);
+		EncodeInterval(&itm, INTSTYLE_ISO_8601, iso);
+		escape_json(&buf, iso);
+	}
 	else
 		appendStringInfoString(&buf, "null");
 	appendStringInfo(&buf, ", \"hard_deleted\": %s}", rv->hard_deleted ? "true" : "false");
@@ -628,7 +636,7 @@ esrc_set_stream_rules(PG_FUNCTION_ARGS)
 																   IntervalPGetDatum(&rv.max_age)))),
 					 errhint("Use null for no such rule.")));
 	}
-	reason = reason_arg(fcinfo, 4, "rules change");
+	reason = reason_arg(fcinfo, 4, "Say why the rules change; the reason is recorded in esrc.erasures.");
 
 	(void) lock_stream_head(stream);
 	current_rules(stream, &old);
@@ -670,7 +678,7 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("esrc.delete_stream()");
 	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 							 "stream name", ESRC_MAX_STREAM_NAME);
-	reason = reason_arg(fcinfo, 1, "deletion");
+	reason = reason_arg(fcinfo, 1, "Say why the stream is deleted; the reason is recorded in esrc.erasures.");
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
