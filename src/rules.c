@@ -93,7 +93,8 @@ PG_FUNCTION_INFO_V1(esrc_stream_rules_changed);
 /* The rules of one stream.  -1: no such rule. */
 typedef struct StreamRule
 {
-	struct StreamRule *next;	/* another stream with the same hash */
+	struct StreamRule *next;	/* another stream in the same bucket */
+	uint32		hash;			/* hash_bytes() of the name */
 	char	   *stream;
 	int			len;
 	int64		truncate_before;
@@ -103,12 +104,17 @@ typedef struct StreamRule
 	bool		hard_deleted;
 } StreamRule;
 
-/* Entry of the cache's hash table: the streams whose name hashes to hash. */
-typedef struct RuleBucket
+/*
+ * The rules by stream: a chained hash table of nbuckets (a power of two)
+ * heads, indexed by hash_bytes() of the name.  Not dynahash: a global read
+ * looks up every event's stream, and one hash and one index is what that
+ * costs here.
+ */
+typedef struct RuleTable
 {
-	uint64		hash;			/* key */
-	StreamRule *first;
-} RuleBucket;
+	uint32		mask;			/* nbuckets - 1 */
+	StreamRule **buckets;
+} RuleTable;
 
 /*
  * The backend's copy of esrc.stream_rules.  valid is cleared by the
@@ -121,7 +127,8 @@ static struct
 	bool		callback_registered;
 	Oid			relid;			/* esrc.stream_rules when loaded */
 	MemoryContext cxt;			/* holds rules and its entries */
-	HTAB	   *rules;			/* RuleBucket by hash; NULL when empty */
+	RuleTable  *rules;			/* NULL when empty */
+	StreamRule *loaded;			/* the rules as loaded, before indexing */
 	int			nrules;
 	int			nhard;			/* streams deleted permanently */
 	uint64		generation;		/* + 1 at every load */
@@ -132,11 +139,18 @@ struct EsrcRuleFilter
 {
 	Snapshot	snap;			/* the read's snapshot */
 	TimestampTz now;			/* statement_timestamp(), for max_age */
-	HTAB	   *rules;			/* rules_cache.rules when the read began */
+	RuleTable  *rules;			/* rules_cache.rules when the read began */
 	uint64		generation;
+	/* the last stream looked up, and its rule: events come in runs */
+	bool		has_last;
+	int			last_len;
+	StreamRule *last_rule;
+	char		last_name[ESRC_MAX_STREAM_NAME + 1];
 	HTAB	   *bounds;			/* first visible version by StreamRule *,
 								 * computed in this read */
 	bool		checked;		/* scans check the caller's privileges */
+	StreamRule *last_bound_rule;	/* the last rule bound_of() answered for */
+	int64		last_bound;
 };
 
 typedef struct RuleBound
@@ -152,27 +166,45 @@ rules_relcache_callback(Datum arg, Oid relid)
 		rules_cache.valid = false;
 }
 
-static uint64
-name_hash(const char *name, int len)
-{
-	return hash_bytes_extended((const unsigned char *) name, len, 0);
-}
-
 static StreamRule *
-find_rule(HTAB *rules, const char *name, int len)
+find_rule(RuleTable *rules, const char *name, int len)
 {
-	uint64		h;
-	RuleBucket *b;
+	uint32		h;
 	StreamRule *r;
 
 	if (rules == NULL)
 		return NULL;
-	h = name_hash(name, len);
-	b = hash_search(rules, &h, HASH_FIND, NULL);
-	for (r = b ? b->first : NULL; r != NULL; r = r->next)
-		if (r->len == len && memcmp(r->stream, name, len) == 0)
+	h = hash_bytes((const unsigned char *) name, len);
+	for (r = rules->buckets[h & rules->mask]; r != NULL; r = r->next)
+		if (r->hash == h && r->len == len && memcmp(r->stream, name, len) == 0)
 			return r;
 	return NULL;
+}
+
+/* Index the rules loaded (rules_cache.loaded) in a table of their own. */
+static void
+index_rules(void)
+{
+	RuleTable  *t;
+	StreamRule *r;
+	StreamRule *next;
+	uint32		n = 16;
+
+	if (rules_cache.nrules == 0)
+		return;
+	while (n < (uint32) rules_cache.nrules * 2 && n < (1U << 30))
+		n <<= 1;
+	t = MemoryContextAlloc(rules_cache.cxt, sizeof(RuleTable));
+	t->mask = n - 1;
+	t->buckets = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule *) * n);
+	for (r = rules_cache.loaded; r != NULL; r = next)
+	{
+		next = r->next;
+		r->next = t->buckets[r->hash & t->mask];
+		t->buckets[r->hash & t->mask] = r;
+	}
+	rules_cache.loaded = NULL;
+	rules_cache.rules = t;
 }
 
 /* Add the row in slot to the cache (in rules_cache.cxt). */
@@ -183,10 +215,6 @@ cache_row(TupleTableSlot *slot)
 	bool	   *n = slot->tts_isnull;
 	StreamRule *r = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule));
 	char	   *name = TextDatumGetCString(v[Anum_rules_stream - 1]);
-	RuleBucket *b;
-	uint64		h;
-	bool		found;
-
 	r->len = strlen(name);
 	r->stream = MemoryContextStrdup(rules_cache.cxt, name);
 	r->truncate_before = n[Anum_rules_truncate_before - 1] ? -1 :
@@ -199,20 +227,9 @@ cache_row(TupleTableSlot *slot)
 	r->hard_deleted = !n[Anum_rules_hard_deleted - 1] &&
 		DatumGetBool(v[Anum_rules_hard_deleted - 1]);
 
-	if (rules_cache.rules == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(uint64);
-		ctl.entrysize = sizeof(RuleBucket);
-		ctl.hcxt = rules_cache.cxt;
-		rules_cache.rules = hash_create("esrc stream rules", 64, &ctl,
-										HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	h = name_hash(r->stream, r->len);
-	b = hash_search(rules_cache.rules, &h, HASH_ENTER, &found);
-	r->next = found ? b->first : NULL;
-	b->first = r;
+	r->hash = hash_bytes((const unsigned char *) r->stream, r->len);
+	r->next = rules_cache.loaded;
+	rules_cache.loaded = r;
 	rules_cache.nrules++;
 	if (r->hard_deleted)
 		rules_cache.nhard++;
@@ -243,6 +260,7 @@ rules_load(void)
 	rules_cache.cxt = AllocSetContextCreate(CacheMemoryContext, "esrc stream rules",
 											ALLOCSET_SMALL_SIZES);
 	rules_cache.rules = NULL;
+	rules_cache.loaded = NULL;
 	rules_cache.nrules = 0;
 	rules_cache.nhard = 0;
 	rules_cache.generation++;
@@ -271,6 +289,7 @@ rules_load(void)
 		ExecDropSingleTupleTableSlot(slot);
 		UnregisterSnapshot(snap);
 		table_close(rel, AccessShareLock);
+		index_rules();
 	}
 	PG_CATCH();
 	{
@@ -370,6 +389,8 @@ bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
 
 	if (r->max_count < 0 && !r->has_max_age)
 		return Max(r->truncate_before, 0);
+	if (r == f->last_bound_rule)
+		return f->last_bound;
 	if (f->bounds == NULL)
 	{
 		HASHCTL		ctl;
@@ -383,15 +404,27 @@ bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
 	b = hash_search(f->bounds, &r, HASH_ENTER, &found);
 	if (!found)
 		b->first_visible = rule_first_visible(f, r, stream);
+	f->last_bound_rule = r;
+	f->last_bound = b->first_visible;
 	return b->first_visible;
 }
 
 static StreamRule *
 filter_rule(EsrcRuleFilter *f, text *stream)
 {
+	const char *name = VARDATA_ANY(stream);
+	int			len = VARSIZE_ANY_EXHDR(stream);
+
 	if (f->generation != rules_cache.generation)
 		elog(ERROR, "the stream rules were reloaded during a read");
-	return find_rule(f->rules, VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream));
+	if (f->has_last && len == f->last_len && memcmp(name, f->last_name, len) == 0)
+		return f->last_rule;
+	f->last_rule = find_rule(f->rules, name, len);
+	f->has_last = len <= ESRC_MAX_STREAM_NAME;
+	if (f->has_last)
+		memcpy(f->last_name, name, len);
+	f->last_len = len;
+	return f->last_rule;
 }
 
 /* The first version of stream the read may show (0: no rules). */
