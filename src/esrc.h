@@ -269,6 +269,8 @@ extern EsrcLogScan *esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo,
 extern EsrcLogScan *esrc_log_begin_unchecked(EsrcLogOrder order, Datum key,
 											 int64 lo, int64 hi,
 											 ScanDirection dir, Snapshot snap);
+extern void esrc_log_rescan_stream(EsrcLogScan *scan, Datum key, int64 lo,
+								   int64 hi);
 extern struct TupleTableSlot *esrc_log_next(EsrcLogScan *scan);
 extern void esrc_log_end(EsrcLogScan *scan);
 extern Snapshot esrc_caller_snapshot(void);
@@ -306,6 +308,7 @@ typedef struct EsrcRuleFilter EsrcRuleFilter;
 extern EsrcRuleFilter *esrc_rules_begin(Snapshot snap);
 extern int64 esrc_rules_first_visible(EsrcRuleFilter *f, text *stream);
 extern bool esrc_rules_visible(EsrcRuleFilter *f, struct TupleTableSlot *slot);
+extern void esrc_rules_end(EsrcRuleFilter *f);
 extern void esrc_rules_check_append(const char *stream);
 
 /* catalog lookups (esrc.c) */

@@ -83,6 +83,7 @@ struct EsrcLogScan
 	IndexScanDesc scan;
 	ScanDirection dir;
 	TupleTableSlot *slot;
+	Snapshot	snap;
 	bool		empty;			/* the bounds admit no row: no scan */
 };
 
@@ -231,6 +232,7 @@ log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 	init_key(&keys[nkeys++], s->idx, boundcol, BTLessEqualStrategyNumber, Int64GetDatum(hi));
 
 	s->dir = dir;
+	s->snap = snap;
 	s->slot = table_slot_create(s->rel, NULL);
 	s->empty = lo > hi;
 	if (!s->empty)
@@ -239,6 +241,27 @@ log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 		index_rescan(s->scan, keys, nkeys, NULL, 0);
 	}
 	return s;
+}
+
+/*
+ * Restart a scan begun with ESRC_LOG_BY_STREAM on another stream and
+ * bounds, keeping the relation, index and snapshot: what rules.c does for
+ * each stream whose first visible version a read must find.
+ */
+void
+esrc_log_rescan_stream(EsrcLogScan *s, Datum key, int64 lo, int64 hi)
+{
+	ScanKeyData keys[3];
+
+	init_key(&keys[0], s->idx, 1, BTEqualStrategyNumber, key);
+	init_key(&keys[1], s->idx, 2, BTGreaterEqualStrategyNumber, Int64GetDatum(lo));
+	init_key(&keys[2], s->idx, 2, BTLessEqualStrategyNumber, Int64GetDatum(hi));
+	s->empty = lo > hi;
+	if (s->empty)
+		return;
+	if (s->scan == NULL)
+		s->scan = esrc_index_beginscan(s->rel, s->idx, s->snap, 3, 0);
+	index_rescan(s->scan, keys, 3, NULL, 0);
 }
 
 /*
@@ -342,6 +365,7 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	if (rules != NULL && order == ESRC_LOG_BY_STREAM)
 	{
 		lo = Max(lo, esrc_rules_first_visible(rules, DatumGetTextPP(key)));
+		esrc_rules_end(rules);
 		rules = NULL;
 	}
 	scan = esrc_log_begin(order, key, lo, hi, dir, snap);
@@ -361,6 +385,8 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 		count++;
 	}
 	esrc_log_end(scan);
+	if (rules != NULL)
+		esrc_rules_end(rules);
 	UnregisterSnapshot(snap);
 }
 

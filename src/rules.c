@@ -114,6 +114,13 @@ typedef struct RuleTable
 {
 	uint32		mask;			/* nbuckets - 1 */
 	StreamRule **buckets;
+	/*
+	 * A bitmap by quick_hash() of the names with rules, at least 16 bits per
+	 * rule: most events of a global read belong to streams without rules,
+	 * and the bitmap turns most of them away before the real lookup.
+	 */
+	uint32		bitmask;		/* nbits - 1 */
+	uint64	   *bits;
 } RuleTable;
 
 /*
@@ -149,6 +156,7 @@ struct EsrcRuleFilter
 	HTAB	   *bounds;			/* first visible version by StreamRule *,
 								 * computed in this read */
 	bool		checked;		/* scans check the caller's privileges */
+	EsrcLogScan *scan;			/* of (stream, version), for the bounds */
 	StreamRule *last_bound_rule;	/* the last rule bound_of() answered for */
 	int64		last_bound;
 };
@@ -164,6 +172,25 @@ rules_relcache_callback(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == rules_cache.relid)
 		rules_cache.valid = false;
+}
+
+/* A cheap hash of a name (its length and last 8 bytes), for the bitmap. */
+static inline uint32
+quick_hash(const char *name, int len)
+{
+	uint64		tail = 0;
+	int			n = Min(len, 8);
+
+	memcpy(&tail, name + len - n, n);
+	return (uint32) (((tail ^ (uint64) len) * UINT64CONST(0x9E3779B97F4A7C15)) >> 32);
+}
+
+static inline bool
+maybe_has_rule(RuleTable *t, const char *name, int len)
+{
+	uint32		q = quick_hash(name, len) & t->bitmask;
+
+	return (t->bits[q >> 6] & (UINT64CONST(1) << (q & 63))) != 0;
 }
 
 static StreamRule *
@@ -189,16 +216,24 @@ index_rules(void)
 	StreamRule *r;
 	StreamRule *next;
 	uint32		n = 16;
+	uint32		nbits = 64;
 
 	if (rules_cache.nrules == 0)
 		return;
 	while (n < (uint32) rules_cache.nrules * 2 && n < (1U << 30))
 		n <<= 1;
+	while (nbits < (uint32) rules_cache.nrules * 16 && nbits < (1U << 31))
+		nbits <<= 1;
 	t = MemoryContextAlloc(rules_cache.cxt, sizeof(RuleTable));
 	t->mask = n - 1;
 	t->buckets = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule *) * n);
+	t->bitmask = nbits - 1;
+	t->bits = MemoryContextAllocZero(rules_cache.cxt, nbits / 8);
 	for (r = rules_cache.loaded; r != NULL; r = next)
 	{
+		uint32		q = quick_hash(r->stream, r->len) & t->bitmask;
+
+		t->bits[q >> 6] |= UINT64CONST(1) << (q & 63);
 		next = r->next;
 		r->next = t->buckets[r->hash & t->mask];
 		t->buckets[r->hash & t->mask] = r;
@@ -310,7 +345,8 @@ rules_refresh(void)
 
 /*
  * A filter for one read under snap, or NULL when no stream has rules.
- * Allocated in CurrentMemoryContext; valid until the read ends.
+ * Allocated in CurrentMemoryContext; valid until the read ends, when the
+ * caller calls esrc_rules_end().
  */
 EsrcRuleFilter *
 esrc_rules_begin(Snapshot snap)
@@ -350,12 +386,16 @@ rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
 		cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
 														 TimestampTzGetDatum(f->now),
 														 IntervalPGetDatum(&r->max_age)));
-	if (f->checked)
-		scan = esrc_log_begin(ESRC_LOG_BY_STREAM, PointerGetDatum(stream), 0,
-							  PG_INT64_MAX, BackwardScanDirection, f->snap);
+	/* one scan per read, restarted for each stream */
+	if (f->scan != NULL)
+		esrc_log_rescan_stream(f->scan, PointerGetDatum(stream), 0, PG_INT64_MAX);
+	else if (f->checked)
+		f->scan = esrc_log_begin(ESRC_LOG_BY_STREAM, PointerGetDatum(stream), 0,
+								 PG_INT64_MAX, BackwardScanDirection, f->snap);
 	else
-		scan = esrc_log_begin_unchecked(ESRC_LOG_BY_STREAM, PointerGetDatum(stream), 0,
-										PG_INT64_MAX, BackwardScanDirection, f->snap);
+		f->scan = esrc_log_begin_unchecked(ESRC_LOG_BY_STREAM, PointerGetDatum(stream), 0,
+										   PG_INT64_MAX, BackwardScanDirection, f->snap);
+	scan = f->scan;
 	while ((slot = esrc_log_next(scan)) != NULL)
 	{
 		int64		v = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
@@ -376,7 +416,6 @@ rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
 			break;
 		}
 	}
-	esrc_log_end(scan);
 	return lo;
 }
 
@@ -417,6 +456,8 @@ filter_rule(EsrcRuleFilter *f, text *stream)
 
 	if (f->generation != rules_cache.generation)
 		elog(ERROR, "the stream rules were reloaded during a read");
+	if (!maybe_has_rule(f->rules, name, len))
+		return NULL;
 	if (f->has_last && len == f->last_len && memcmp(name, f->last_name, len) == 0)
 		return f->last_rule;
 	f->last_rule = find_rule(f->rules, name, len);
@@ -447,6 +488,15 @@ esrc_rules_visible(EsrcRuleFilter *f, TupleTableSlot *slot)
 		return true;
 	return DatumGetInt64(slot->tts_values[Anum_events_version - 1]) >=
 		bound_of(f, r, stream);
+}
+
+/* End a read's use of the rules: close its scan, if it made one. */
+void
+esrc_rules_end(EsrcRuleFilter *f)
+{
+	if (f->scan != NULL)
+		esrc_log_end(f->scan);
+	f->scan = NULL;
 }
 
 /*

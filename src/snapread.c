@@ -170,6 +170,7 @@ check_visible_version(const char *stream, int64 version, Snapshot snap)
 	if (rules == NULL || version < 0)
 		return;
 	first = esrc_rules_first_visible(rules, cstring_to_text(stream));
+	esrc_rules_end(rules);
 	if (version < first)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

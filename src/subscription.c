@@ -257,6 +257,8 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 
 	for (i = 0; i < nscans; i++)
 		esrc_log_end(scans[i]);
+	if (rules != NULL)
+		esrc_rules_end(rules);
 	UnregisterSnapshot(snap);
 	return n;
 }
