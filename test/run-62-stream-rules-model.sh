@@ -16,7 +16,7 @@ pg_start "$dir" "$port"
 
 status=0
 for seed in ${ESRC_RULES_SEEDS:-62 1601 7}; do
-    psql -qAtX -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+    PGOPTIONS="-c client_min_messages=warning" psql -qAtX -h 127.0.0.1 -p "$port" -U postgres -d postgres \
         -c "DROP EXTENSION IF EXISTS esrc CASCADE" -c "DROP TABLE IF EXISTS public.model_state" >/dev/null
     python3 "$ESRC_ROOT/test/rules/model.py" "$port" "$seed" "${ESRC_RULES_STEPS:-600}" || status=1
 done
