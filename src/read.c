@@ -35,8 +35,13 @@
  * older transaction snapshot, and never the caller's own uncommitted
  * appends.
  *
- * Talks to: order.c (the horizon), append.c (name checks), snapbuild.c
- * and snapread.c (which replay through esrc_log_begin/next/end).
+ * The stream rules (rules.c) hide events: a stream read starts at the
+ * stream's first visible version, a global read skips hidden events one by
+ * one; neither counts them towards max_count.
+ *
+ * Talks to: order.c (the horizon), append.c (name checks), rules.c (the
+ * stream rules), snapbuild.c and snapread.c (which replay through
+ * esrc_log_begin/next/end).
  *
  *-------------------------------------------------------------------------
  */
