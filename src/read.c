@@ -90,6 +90,10 @@ struct EsrcLogScan
 	TupleTableSlot *slot;
 	Snapshot	snap;
 	bool		empty;			/* the bounds admit no row: no scan */
+	EsrcLogOrder order;
+	int			nkeys;
+	ScanKeyData keys[3];		/* as begun; esrc_log_rescan_stream
+								 * changes their arguments only */
 };
 
 /*
@@ -236,6 +240,9 @@ log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 	init_key(&keys[nkeys++], s->idx, boundcol, BTGreaterEqualStrategyNumber, Int64GetDatum(lo));
 	init_key(&keys[nkeys++], s->idx, boundcol, BTLessEqualStrategyNumber, Int64GetDatum(hi));
 
+	memcpy(s->keys, keys, sizeof(ScanKeyData) * nkeys);
+	s->nkeys = nkeys;
+	s->order = order;
 	s->dir = dir;
 	s->snap = snap;
 	s->slot = table_slot_create(s->rel, NULL);
@@ -256,17 +263,17 @@ log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 void
 esrc_log_rescan_stream(EsrcLogScan *s, Datum key, int64 lo, int64 hi)
 {
-	ScanKeyData keys[3];
-
-	init_key(&keys[0], s->idx, 1, BTEqualStrategyNumber, key);
-	init_key(&keys[1], s->idx, 2, BTGreaterEqualStrategyNumber, Int64GetDatum(lo));
-	init_key(&keys[2], s->idx, 2, BTLessEqualStrategyNumber, Int64GetDatum(hi));
+	if (s->order != ESRC_LOG_BY_STREAM)
+		elog(ERROR, "esrc_log_rescan_stream() of a scan not by stream");
+	s->keys[0].sk_argument = key;
+	s->keys[1].sk_argument = Int64GetDatum(lo);
+	s->keys[2].sk_argument = Int64GetDatum(hi);
 	s->empty = lo > hi;
 	if (s->empty)
 		return;
 	if (s->scan == NULL)
 		s->scan = esrc_index_beginscan(s->rel, s->idx, s->snap, 3, 0);
-	index_rescan(s->scan, keys, 3, NULL, 0);
+	index_rescan(s->scan, s->keys, 3, NULL, 0);
 }
 
 /*
