@@ -519,3 +519,85 @@ REVOKE ALL ON FUNCTION esrc.erasures_immutable(),
                        esrc.erase_stream(text, text)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.erase_stream(text, text) TO esrc_admin;
+
+------------------------------------------------------------------------
+-- Stream rules and stream deletion (src/sql/50_lifecycle.sql, issue 16)
+------------------------------------------------------------------------
+ALTER TABLE esrc.erasures ADD COLUMN rules jsonb;
+ALTER TABLE esrc.erasures DROP CONSTRAINT erasures_what_check;
+ALTER TABLE esrc.erasures ADD CONSTRAINT erasures_what_check
+    CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream'));
+COMMENT ON TABLE esrc.erasures IS
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules or delete_stream.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0.';
+COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); erase_stream: null.';
+
+------------------------------------------------------------------------
+-- Stream rules (src/rules.c, docs/lifecycle.md): per stream, which events
+-- the read functions hide -- versions below truncate_before, all but the
+-- last max_count, those older than max_age -- and whether the stream is
+-- deleted permanently (appends refused).  Written only by
+-- esrc.set_stream_rules and esrc.delete_stream (as the table's owner);
+-- readable by esrc_reader, so that readers can see why events are
+-- hidden.  Every change of the table, however made, invalidates the
+-- backends' caches of it (the statement trigger below).
+------------------------------------------------------------------------
+CREATE TABLE esrc.stream_rules (
+    stream          text        NOT NULL,
+    truncate_before bigint      CHECK (truncate_before >= 0),
+    max_count       bigint      CHECK (max_count > 0),
+    max_age         interval    CHECK (max_age > '0'::interval),
+    hard_deleted    boolean     NOT NULL DEFAULT false,
+    set_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT stream_rules_pkey PRIMARY KEY (stream),
+    CONSTRAINT stream_rules_hard_check CHECK (NOT hard_deleted OR truncate_before IS NOT NULL)
+);
+COMMENT ON TABLE esrc.stream_rules IS
+    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored.  Written by esrc.set_stream_rules and esrc.delete_stream.';
+COMMENT ON COLUMN esrc.stream_rules.truncate_before IS 'Versions below it are hidden (null: no such rule).';
+COMMENT ON COLUMN esrc.stream_rules.max_count IS 'All but the last max_count versions of the stream at read time are hidden (null: no such rule).';
+COMMENT ON COLUMN esrc.stream_rules.max_age IS 'Every version up to the last one recorded before statement_timestamp() - max_age is hidden (null: no such rule).';
+COMMENT ON COLUMN esrc.stream_rules.hard_deleted IS 'Deleted permanently by esrc.delete_stream(..., hard => true): every later append is refused (55000).';
+COMMENT ON COLUMN esrc.stream_rules.set_at IS 'Start of the transaction that last changed the row.';
+
+CREATE FUNCTION esrc.stream_rules_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_stream_rules_changed';
+COMMENT ON FUNCTION esrc.stream_rules_changed() IS
+    'Trigger function of esrc.stream_rules: makes every backend reload its cache of the rules when the change commits.';
+CREATE TRIGGER stream_rules_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON esrc.stream_rules
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.stream_rules_changed();
+ALTER TABLE esrc.stream_rules ENABLE ALWAYS TRIGGER stream_rules_changed;
+
+SELECT pg_catalog.pg_extension_config_dump('esrc.stream_rules', '');
+
+REVOKE ALL ON esrc.stream_rules FROM PUBLIC;
+GRANT SELECT ON esrc.stream_rules TO esrc_reader, esrc_admin;
+
+CREATE FUNCTION esrc.set_stream_rules(
+    stream text,
+    truncate_before bigint DEFAULT NULL,
+    max_count bigint DEFAULT NULL,
+    max_age interval DEFAULT NULL,
+    reason text DEFAULT NULL)
+RETURNS void
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_set_stream_rules';
+COMMENT ON FUNCTION esrc.set_stream_rules(text, bigint, bigint, interval, text) IS
+    'Replace the rules of a stream (a null argument: no such rule; all null: no rules) and record the change in esrc.erasures; reason is required.';
+
+CREATE FUNCTION esrc.delete_stream(stream text, reason text, hard boolean DEFAULT false)
+RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_delete_stream';
+COMMENT ON FUNCTION esrc.delete_stream(text, text, boolean) IS
+    'Hide every event of a stream (truncate_before = version + 1); hard: also refuse every later append, for good.  Records the call in esrc.erasures; returns the number of events hidden.';
+
+REVOKE ALL ON FUNCTION esrc.stream_rules_changed(),
+                       esrc.set_stream_rules(text, bigint, bigint, interval, text),
+                       esrc.delete_stream(text, text, boolean)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.set_stream_rules(text, bigint, bigint, interval, text),
+                          esrc.delete_stream(text, text, boolean)
+    TO esrc_admin;

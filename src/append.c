@@ -790,6 +790,9 @@ append_events(char *stream, int nevents, EventInput *events,
 	UpdateActiveSnapshotCommandId();
 	snap = GetActiveSnapshot();
 
+	/* a stream deleted permanently takes no appends, retries included */
+	esrc_rules_check_append(stream);
+
 	if (find_existing_ids(&log, stream, nevents, events, snap, &result))
 	{
 		PopActiveSnapshot();

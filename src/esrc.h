@@ -10,7 +10,9 @@
  * forwarder.c owns the Kafka forwarder's background worker, with its
  * GUCs in fwdconf.c, its reads in fwdread.c and its status in
  * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
- * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures.
+ * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
+ * rules.c owns the stream rules (esrc.set_stream_rules(),
+ * esrc.delete_stream()) and the cache the read paths apply them from.
  *
  *-------------------------------------------------------------------------
  */
@@ -264,6 +266,11 @@ typedef struct EsrcLogScan EsrcLogScan;
 struct TupleTableSlot;
 extern EsrcLogScan *esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo,
 								   int64 hi, ScanDirection dir, Snapshot snap);
+extern EsrcLogScan *esrc_log_begin_unchecked(EsrcLogOrder order, Datum key,
+											 int64 lo, int64 hi,
+											 ScanDirection dir, Snapshot snap);
+extern void esrc_log_rescan_stream(EsrcLogScan *scan, Datum key, int64 lo,
+								   int64 hi);
 extern struct TupleTableSlot *esrc_log_next(EsrcLogScan *scan);
 extern void esrc_log_end(EsrcLogScan *scan);
 extern Snapshot esrc_caller_snapshot(void);
@@ -285,6 +292,28 @@ extern bool esrc_is_redacted(Datum data, bool datanull, bool metanull);
 extern bool esrc_stream_erased(const char *stream, Snapshot snap,
 							   TimestampTz *first_at);
 extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
+
+/* lifecycle.c: SQL as a table's owner; a record in esrc.erasures */
+extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
+							  Oid *argtypes, Datum *values, const char *nulls,
+							  int expected_rc);
+extern void esrc_record_erasure(const char *what, const char *stream,
+								int64 events, const char *reason,
+								Jsonb *rules, Oid session_user,
+								Oid current_user);
+
+/*
+ * rules.c: the stream rules (esrc.stream_rules), as the read paths apply
+ * them.  esrc_rules_begin returns NULL when no stream of the database has
+ * rules, so that a read without rules costs one check.  A filter is valid
+ * for one read, under the snapshot it was made with.
+ */
+typedef struct EsrcRuleFilter EsrcRuleFilter;
+extern EsrcRuleFilter *esrc_rules_begin(Snapshot snap);
+extern int64 esrc_rules_first_visible(EsrcRuleFilter *f, text *stream);
+extern bool esrc_rules_visible(EsrcRuleFilter *f, struct TupleTableSlot *slot);
+extern void esrc_rules_end(EsrcRuleFilter *f);
+extern void esrc_rules_check_append(const char *stream);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

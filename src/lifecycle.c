@@ -174,13 +174,14 @@ esrc_erasure_permits(TriggerData *trigdata)
 
 /*
  * Run one statement (inside an SPI connection) as owner, in a
- * security-restricted operation with search_path pinned; every setting it
+ * security-restricted operation with search_path pinned (nulls as for
+ * SPI_execute_with_args; rules.c uses it too); every setting it
  * makes is undone after it.  On error the user is restored here and the
  * settings by the (sub)transaction abort.
  */
-static void
-run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
-			 Datum *values, int expected_rc)
+void
+esrc_run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
+				  Datum *values, const char *nulls, int expected_rc)
 {
 	Oid			save_userid;
 	int			save_sec_context;
@@ -196,7 +197,7 @@ run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
 		(void) set_config_option("search_path", LIFECYCLE_SEARCH_PATH,
 								 PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
-		rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
+		rc = SPI_execute_with_args(sql, nargs, argtypes, values, nulls, false, 0);
 		if (rc != expected_rc)
 			elog(ERROR, "\"%s\" failed: %s", sql, SPI_result_code_string(rc));
 	}
@@ -231,8 +232,8 @@ category_snapshots(const char *category, Oid **relids)
 	int			i;
 
 	values[0] = CStringGetTextDatum(category);
-	run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
-				 argtypes, values, SPI_OK_SELECT);
+	esrc_run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
+					  argtypes, values, NULL, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	*relids = palloc(sizeof(Oid) * Max(n, 1));
 	for (i = 0; i < n; i++)
@@ -271,21 +272,27 @@ delete_snapshot_rows(int n, Oid *relids, const char *stream)
 		nspname = get_namespace_name(get_rel_namespace(relids[i]));
 		sql = psprintf("DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1",
 					   quote_qualified_identifier(nspname, relname));
-		run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
-					 SPI_OK_DELETE);
+		esrc_run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
+						  NULL, SPI_OK_DELETE);
 	}
 }
 
-/* Record one erasure in esrc.erasures, as the table's owner. */
-static void
-record_erasure(const char *what, const char *stream, int64 events,
-			   const char *reason, Oid session_user, Oid current_user)
+/*
+ * Record one call of a life-cycle function in esrc.erasures, as the
+ * table's owner; rules may be NULL.  Inside an SPI connection.
+ */
+void
+esrc_record_erasure(const char *what, const char *stream, int64 events,
+					const char *reason, Jsonb *rules, Oid session_user,
+					Oid current_user)
 {
 	static const char *sql =
 		"INSERT INTO esrc.erasures (what, stream, events, reason, "
-		"session_user_name, current_user_name) VALUES ($1, $2, $3, $4, $5, $6)";
-	Oid			argtypes[6] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, NAMEOID, NAMEOID};
-	Datum		values[6];
+		"session_user_name, current_user_name, rules) "
+		"VALUES ($1, $2, $3, $4, $5, $6, $7)";
+	Oid			argtypes[7] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, NAMEOID, NAMEOID, JSONBOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = CStringGetTextDatum(what);
 	values[1] = CStringGetTextDatum(stream);
@@ -295,8 +302,10 @@ record_erasure(const char *what, const char *stream, int64 events,
 									CStringGetDatum(GetUserNameFromId(session_user, false)));
 	values[5] = DirectFunctionCall1(namein,
 									CStringGetDatum(GetUserNameFromId(current_user, false)));
-	run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
-				 argtypes, values, SPI_OK_INSERT);
+	values[6] = rules ? JsonbPGetDatum(rules) : (Datum) 0;
+	nulls[6] = rules ? ' ' : 'n';
+	esrc_run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 7,
+					  argtypes, values, nulls, SPI_OK_INSERT);
 }
 
 /*
@@ -578,8 +587,8 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	table_close(rel, NoLock);
 
 	delete_snapshot_rows(nsnapshots, snapshot_relids, stream);
-	record_erasure("erase_stream", stream, ntodo, reason, session_user,
-				   current_user);
+	esrc_record_erasure("erase_stream", stream, ntodo, reason, NULL,
+						session_user, current_user);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_INT64(ntodo);

@@ -35,8 +35,13 @@
  * older transaction snapshot, and never the caller's own uncommitted
  * appends.
  *
- * Talks to: order.c (the horizon), append.c (name checks), snapbuild.c
- * and snapread.c (which replay through esrc_log_begin/next/end).
+ * The stream rules (rules.c) hide events: a stream read starts at the
+ * stream's first visible version, a global read skips hidden events one by
+ * one; neither counts them towards max_count.
+ *
+ * Talks to: order.c (the horizon), append.c (name checks), rules.c (the
+ * stream rules), snapbuild.c and snapread.c (which replay through
+ * esrc_log_begin/next/end).
  *
  *-------------------------------------------------------------------------
  */
@@ -83,7 +88,12 @@ struct EsrcLogScan
 	IndexScanDesc scan;
 	ScanDirection dir;
 	TupleTableSlot *slot;
+	Snapshot	snap;
 	bool		empty;			/* the bounds admit no row: no scan */
+	EsrcLogOrder order;
+	int			nkeys;
+	ScanKeyData keys[3];		/* as begun; esrc_log_rescan_stream
+								 * changes their arguments only */
 };
 
 /*
@@ -161,6 +171,10 @@ init_key(ScanKey key, Relation idx, int col, StrategyNumber strategy, Datum valu
 						   idx->rd_indcollation[col - 1], get_opcode(op), value);
 }
 
+static EsrcLogScan *log_begin(EsrcLogOrder order, Datum key, int64 lo,
+							  int64 hi, ScanDirection dir, Snapshot snap,
+							  bool check);
+
 /*
  * Start an index scan of esrc.events under snap (which the caller keeps
  * registered until esrc_log_end):
@@ -177,13 +191,33 @@ EsrcLogScan *
 esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 			   ScanDirection dir, Snapshot snap)
 {
+	return log_begin(order, key, lo, hi, dir, snap, true);
+}
+
+/*
+ * esrc_log_begin without the check of the caller's privileges: for the
+ * life-cycle functions (rules.c), whose callers (esrc_admin) may not read
+ * the log but must know a stream's last version.
+ */
+EsrcLogScan *
+esrc_log_begin_unchecked(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
+						 ScanDirection dir, Snapshot snap)
+{
+	return log_begin(order, key, lo, hi, dir, snap, false);
+}
+
+static EsrcLogScan *
+log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
+		  ScanDirection dir, Snapshot snap, bool check)
+{
 	EsrcLogScan *s = palloc0(sizeof(EsrcLogScan));
 	ScanKeyData keys[3];
 	int			nkeys = 0;
 	int			boundcol = order == ESRC_LOG_BY_POSITION ? 1 : 2;
 
 	s->rel = table_open(esrc_relation_oid("events"), AccessShareLock);
-	check_read_privilege(s->rel);
+	if (check)
+		check_read_privilege(s->rel);
 	esrc_check_log_rowtype(s->rel);
 
 	switch (order)
@@ -206,7 +240,11 @@ esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 	init_key(&keys[nkeys++], s->idx, boundcol, BTGreaterEqualStrategyNumber, Int64GetDatum(lo));
 	init_key(&keys[nkeys++], s->idx, boundcol, BTLessEqualStrategyNumber, Int64GetDatum(hi));
 
+	memcpy(s->keys, keys, sizeof(ScanKeyData) * nkeys);
+	s->nkeys = nkeys;
+	s->order = order;
 	s->dir = dir;
+	s->snap = snap;
 	s->slot = table_slot_create(s->rel, NULL);
 	s->empty = lo > hi;
 	if (!s->empty)
@@ -215,6 +253,27 @@ esrc_log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 		index_rescan(s->scan, keys, nkeys, NULL, 0);
 	}
 	return s;
+}
+
+/*
+ * Restart a scan begun with ESRC_LOG_BY_STREAM on another stream and
+ * bounds, keeping the relation, index and snapshot: what rules.c does for
+ * each stream whose first visible version a read must find.
+ */
+void
+esrc_log_rescan_stream(EsrcLogScan *s, Datum key, int64 lo, int64 hi)
+{
+	if (s->order != ESRC_LOG_BY_STREAM)
+		elog(ERROR, "esrc_log_rescan_stream() of a scan not by stream");
+	s->keys[0].sk_argument = key;
+	s->keys[1].sk_argument = Int64GetDatum(lo);
+	s->keys[2].sk_argument = Int64GetDatum(hi);
+	s->empty = lo > hi;
+	if (s->empty)
+		return;
+	if (s->scan == NULL)
+		s->scan = esrc_index_beginscan(s->rel, s->idx, s->snap, 3, 0);
+	index_rescan(s->scan, s->keys, 3, NULL, 0);
 }
 
 /*
@@ -291,9 +350,10 @@ limit_arg(FunctionCallInfo fcinfo, int argno)
 
 /*
  * Run one read into the function's result tuplestore: at most limit rows
- * (-1: all) of the scan described as for esrc_log_begin.  With latest,
- * the scan runs under a snapshot taken now (global reads); otherwise
- * under the caller's snapshot rules.
+ * (-1: all) of the scan described as for esrc_log_begin, without the
+ * events the stream rules hide (rules.c; hidden events do not count
+ * towards the limit).  With latest, the scan runs under a snapshot taken
+ * now (global reads); otherwise under the caller's snapshot rules.
  */
 static void
 run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
@@ -304,6 +364,7 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	EsrcLogScan *scan;
 	TupleTableSlot *slot;
 	Snapshot	snap;
+	EsrcRuleFilter *rules;
 	int64		count = 0;
 	int			i;
 
@@ -311,6 +372,14 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	desc = rsinfo->setDesc;
 
 	snap = latest ? RegisterSnapshot(GetLatestSnapshot()) : esrc_caller_snapshot();
+	/* the stream rules (rules.c): a stream read starts at the first visible version */
+	rules = esrc_rules_begin(snap);
+	if (rules != NULL && order == ESRC_LOG_BY_STREAM)
+	{
+		lo = Max(lo, esrc_rules_first_visible(rules, DatumGetTextPP(key)));
+		esrc_rules_end(rules);
+		rules = NULL;
+	}
 	scan = esrc_log_begin(order, key, lo, hi, dir, snap);
 	/* esrc.event is the first ESRC_EVENT_NATTS columns of esrc.events */
 	if (desc->natts != ESRC_EVENT_NATTS)
@@ -322,10 +391,14 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 
 	while ((limit < 0 || count < limit) && (slot = esrc_log_next(scan)) != NULL)
 	{
+		if (rules != NULL && !esrc_rules_visible(rules, slot))
+			continue;
 		tuplestore_putvalues(rsinfo->setResult, desc, slot->tts_values, slot->tts_isnull);
 		count++;
 	}
 	esrc_log_end(scan);
+	if (rules != NULL)
+		esrc_rules_end(rules);
 	UnregisterSnapshot(snap);
 }
 

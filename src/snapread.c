@@ -169,6 +169,31 @@ esrc_load(PG_FUNCTION_ARGS)
 }
 
 /*
+ * snapshot_at refuses a version the stream rules hide (rules.c): the state
+ * at a hidden version would show what the rules hide.  The state at a
+ * visible version still folds every event from version 0, hidden or not:
+ * it is the state the snapshot table holds (docs/lifecycle.md).
+ */
+static void
+check_visible_version(const char *stream, int64 version, Snapshot snap)
+{
+	EsrcRuleFilter *rules = esrc_rules_begin(snap);
+	int64		first;
+
+	if (rules == NULL || version < 0)
+		return;
+	first = esrc_rules_first_visible(rules, cstring_to_text(stream));
+	esrc_rules_end(rules);
+	if (version < first)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("version " INT64_FORMAT " of stream \"%s\" is hidden by the stream's rules",
+						version, stream),
+				 errdetail("The first visible version is " INT64_FORMAT ".", first),
+				 errhint("The stream's rules are in esrc.stream_rules.")));
+}
+
+/*
  * esrc.snapshot_at(snapshot, stream, version): replay the stream's events
  * up to version through the reducer.  Reads the events as the caller, by
  * an index scan of (stream, version) with the caller's snapshot rules
@@ -220,6 +245,7 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	esrc_check_not_erased(stream, snap, false);
 	scan = esrc_log_begin(ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream),
 						  0, version, ForwardScanDirection, snap);
+	check_visible_version(stream, version, snap);
 
 	gucs = snap_enter_reducer_gucs();
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);

@@ -185,6 +185,7 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 	EsrcLogScan **scans;
 	TupleTableSlot **cur;
 	Snapshot	snap;
+	EsrcRuleFilter *rules;
 	int			examined = 0;
 	int			budget = Max(POLL_SCAN_BUDGET, 4 * max_count);
 	int			n = 0;
@@ -196,6 +197,7 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 
 	/* a snapshot taken after the horizon was (read.c) */
 	snap = RegisterSnapshot(GetLatestSnapshot());
+	rules = esrc_rules_begin(snap);
 	scans = palloc(sizeof(EsrcLogScan *) * nscans);
 	cur = palloc(sizeof(TupleTableSlot *) * nscans);
 	for (i = 0; i < nscans; i++)
@@ -234,7 +236,9 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 		pos = DatumGetInt64(slot->tts_values[Anum_events_position - 1]);
 		stream = DatumGetTextPP(slot->tts_values[Anum_events_stream - 1]);
 		p = stream_partition(VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream), def->npartitions);
-		if (held_map[p] && pos > from[p] && passes_filters(def, slot))
+		/* an event the stream rules hide is passed over like a filtered one */
+		if (held_map[p] && pos > from[p] && passes_filters(def, slot) &&
+			(rules == NULL || esrc_rules_visible(rules, slot)))
 		{
 			tuplestore_putvalues(ts, desc, slot->tts_values, slot->tts_isnull);
 			if (++n >= max_count)
@@ -253,6 +257,8 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 
 	for (i = 0; i < nscans; i++)
 		esrc_log_end(scans[i]);
+	if (rules != NULL)
+		esrc_rules_end(rules);
 	UnregisterSnapshot(snap);
 	return n;
 }

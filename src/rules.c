@@ -1,0 +1,806 @@
+/*-------------------------------------------------------------------------
+ *
+ * rules.c
+ *	  The stream rules of the log's life cycle (issue 16): which events of a
+ *	  stream the read functions hide, and which streams refuse appends.
+ *
+ * This file owns:
+ *	 - esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
+ *	   reason) and esrc.delete_stream(stream, reason, hard), which write
+ *	   esrc.stream_rules (as its owner, through SPI) and record each call in
+ *	   esrc.erasures (lifecycle.c);
+ *	 - the trigger esrc.stream_rules_changed(), which turns every change of
+ *	   esrc.stream_rules into a relcache invalidation of the table, sent to
+ *	   every backend when the change commits;
+ *	 - a backend-local cache of esrc.stream_rules (all of it: one entry per
+ *	   stream with rules), loaded with a new snapshot when a read or an
+ *	   append first needs it after such an invalidation;
+ *	 - the filters the read paths apply (read.c, subscription.c,
+ *	   snapread.c) and the hard-delete check of appends (append.c).
+ *
+ * The rules, exactly (docs/lifecycle.md is the reference):
+ *	 - truncate_before T hides versions < T;
+ *	 - max_count N hides versions <= head - N, head being the stream's last
+ *	   version under the read's snapshot;
+ *	 - max_age A hides every version up to the last one whose recorded_at is
+ *	   before statement_timestamp() - A.  recorded_at is not strictly
+ *	   ordered by version (an append takes its clock before the stream
+ *	   lock), so "the events older than A" could leave a hole; this
+ *	   definition cannot;
+ *	 - a stream's first visible version is the highest of these bounds, and
+ *	   every version from it to the head is visible.  So versions never
+ *	   change and a read never shows a hole.
+ *
+ * Invariants kept:
+ *	 - a read takes the cache as it is when the read starts and uses it to
+ *	   the end: the invalidation callback only marks the cache stale, and it
+ *	   is reloaded only at the start of the next read or append
+ *	   (rules_refresh), never while a filter uses it;
+ *	 - an append checks the cache after it holds the stream lock, which
+ *	   esrc.delete_stream also takes; a committing transaction sends its
+ *	   invalidations before it releases its locks, so an append that waited
+ *	   for a hard delete sees it;
+ *	 - when no stream has rules, a read costs AcceptInvalidationMessages()
+ *	   and one test, and an append the same.
+ *
+ * Talks to: read.c (the index scans of a stream), lifecycle.c (SQL as a
+ * table's owner, the audit), append.c (the stream lock tag).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/fmgrprotos.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "esrc.h"
+
+PG_FUNCTION_INFO_V1(esrc_set_stream_rules);
+PG_FUNCTION_INFO_V1(esrc_delete_stream);
+PG_FUNCTION_INFO_V1(esrc_stream_rules_changed);
+
+/* the columns of esrc.stream_rules, in the order of src/sql/50_lifecycle.sql */
+#define Anum_rules_stream			1
+#define Anum_rules_truncate_before	2
+#define Anum_rules_max_count		3
+#define Anum_rules_max_age			4
+#define Anum_rules_hard_deleted		5
+#define Natts_rules					6
+
+/* The rules of one stream.  -1: no such rule. */
+typedef struct StreamRule
+{
+	struct StreamRule *next;	/* another stream in the same bucket */
+	uint32		hash;			/* hash_bytes() of the name */
+	char	   *stream;
+	int			len;
+	int64		truncate_before;
+	int64		max_count;
+	bool		has_max_age;
+	Interval	max_age;
+	bool		hard_deleted;
+} StreamRule;
+
+/*
+ * The rules by stream: a chained hash table of nbuckets (a power of two)
+ * heads, indexed by hash_bytes() of the name.  Not dynahash: a global read
+ * looks up every event's stream, and one hash and one index is what that
+ * costs here.
+ */
+typedef struct RuleTable
+{
+	uint32		mask;			/* nbuckets - 1 */
+	StreamRule **buckets;
+	/*
+	 * A bitmap by quick_hash() of the names with rules, at least 16 bits per
+	 * rule: most events of a global read belong to streams without rules,
+	 * and the bitmap turns most of them away before the real lookup.
+	 */
+	uint32		bitmask;		/* nbits - 1 */
+	uint64	   *bits;
+} RuleTable;
+
+/*
+ * The backend's copy of esrc.stream_rules.  valid is cleared by the
+ * relcache callback (any invalidation of the table, or of all relations);
+ * the cache is rebuilt by rules_refresh() only.
+ */
+static struct
+{
+	bool		valid;
+	bool		callback_registered;
+	Oid			relid;			/* esrc.stream_rules when loaded */
+	MemoryContext cxt;			/* holds rules and its entries */
+	RuleTable  *rules;			/* NULL when empty */
+	StreamRule *loaded;			/* the rules as loaded, before indexing */
+	int			nrules;
+	int			nhard;			/* streams deleted permanently */
+	uint64		generation;		/* + 1 at every load */
+} rules_cache;
+
+/* One read's view of the rules (esrc.h). */
+struct EsrcRuleFilter
+{
+	Snapshot	snap;			/* the read's snapshot */
+	TimestampTz now;			/* statement_timestamp(), for max_age */
+	RuleTable  *rules;			/* rules_cache.rules when the read began */
+	uint64		generation;
+	/* the last stream looked up, and its rule: events come in runs */
+	bool		has_last;
+	int			last_len;
+	StreamRule *last_rule;
+	char		last_name[ESRC_MAX_STREAM_NAME + 1];
+	HTAB	   *bounds;			/* first visible version by StreamRule *,
+								 * computed in this read */
+	bool		checked;		/* scans check the caller's privileges */
+	EsrcLogScan *scan;			/* of (stream, version), for the bounds */
+	StreamRule *last_bound_rule;	/* the last rule bound_of() answered for */
+	int64		last_bound;
+};
+
+typedef struct RuleBound
+{
+	StreamRule *rule;			/* key */
+	int64		first_visible;
+} RuleBound;
+
+static void
+rules_relcache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == rules_cache.relid)
+		rules_cache.valid = false;
+}
+
+/* A cheap hash of a name (its length and last 8 bytes), for the bitmap. */
+static inline uint32
+quick_hash(const char *name, int len)
+{
+	uint64		tail = 0;
+	int			n = Min(len, 8);
+
+	memcpy(&tail, name + len - n, n);
+	return (uint32) (((tail ^ (uint64) len) * UINT64CONST(0x9E3779B97F4A7C15)) >> 32);
+}
+
+static inline bool
+maybe_has_rule(RuleTable *t, const char *name, int len)
+{
+	uint32		q = quick_hash(name, len) & t->bitmask;
+
+	return (t->bits[q >> 6] & (UINT64CONST(1) << (q & 63))) != 0;
+}
+
+static StreamRule *
+find_rule(RuleTable *rules, const char *name, int len)
+{
+	uint32		h;
+	StreamRule *r;
+
+	if (rules == NULL)
+		return NULL;
+	h = hash_bytes((const unsigned char *) name, len);
+	for (r = rules->buckets[h & rules->mask]; r != NULL; r = r->next)
+		if (r->hash == h && r->len == len && memcmp(r->stream, name, len) == 0)
+			return r;
+	return NULL;
+}
+
+/* Index the rules loaded (rules_cache.loaded) in a table of their own. */
+static void
+index_rules(void)
+{
+	RuleTable  *t;
+	StreamRule *r;
+	StreamRule *next;
+	uint32		n = 16;
+	uint32		nbits = 64;
+
+	if (rules_cache.nrules == 0)
+		return;
+	while (n < (uint32) rules_cache.nrules * 2 && n < (1U << 30))
+		n <<= 1;
+	while (nbits < (uint32) rules_cache.nrules * 16 && nbits < (1U << 31))
+		nbits <<= 1;
+	t = MemoryContextAlloc(rules_cache.cxt, sizeof(RuleTable));
+	t->mask = n - 1;
+	t->buckets = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule *) * n);
+	t->bitmask = nbits - 1;
+	t->bits = MemoryContextAllocZero(rules_cache.cxt, nbits / 8);
+	for (r = rules_cache.loaded; r != NULL; r = next)
+	{
+		uint32		q = quick_hash(r->stream, r->len) & t->bitmask;
+
+		t->bits[q >> 6] |= UINT64CONST(1) << (q & 63);
+		next = r->next;
+		r->next = t->buckets[r->hash & t->mask];
+		t->buckets[r->hash & t->mask] = r;
+	}
+	rules_cache.loaded = NULL;
+	rules_cache.rules = t;
+}
+
+/* Add the row in slot to the cache (in rules_cache.cxt). */
+static void
+cache_row(TupleTableSlot *slot)
+{
+	Datum	   *v = slot->tts_values;
+	bool	   *n = slot->tts_isnull;
+	StreamRule *r = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule));
+	char	   *name = TextDatumGetCString(v[Anum_rules_stream - 1]);
+	r->len = strlen(name);
+	r->stream = MemoryContextStrdup(rules_cache.cxt, name);
+	r->truncate_before = n[Anum_rules_truncate_before - 1] ? -1 :
+		DatumGetInt64(v[Anum_rules_truncate_before - 1]);
+	r->max_count = n[Anum_rules_max_count - 1] ? -1 :
+		DatumGetInt64(v[Anum_rules_max_count - 1]);
+	r->has_max_age = !n[Anum_rules_max_age - 1];
+	if (r->has_max_age)
+		r->max_age = *DatumGetIntervalP(v[Anum_rules_max_age - 1]);
+	r->hard_deleted = !n[Anum_rules_hard_deleted - 1] &&
+		DatumGetBool(v[Anum_rules_hard_deleted - 1]);
+
+	r->hash = hash_bytes((const unsigned char *) r->stream, r->len);
+	r->next = rules_cache.loaded;
+	rules_cache.loaded = r;
+	rules_cache.nrules++;
+	if (r->hard_deleted)
+		rules_cache.nhard++;
+}
+
+/*
+ * Load esrc.stream_rules into the cache under a new snapshot (which sees
+ * this transaction's own changes).  Without the table (the extension is
+ * not installed, or not updated to 0.2.0) the cache is empty and stays
+ * stale, so that the next call looks again.
+ */
+static void
+rules_load(void)
+{
+	Oid			nsp;
+	Relation	rel;
+	Snapshot	snap;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+
+	if (!rules_cache.callback_registered)
+	{
+		CacheRegisterRelcacheCallback(rules_relcache_callback, (Datum) 0);
+		rules_cache.callback_registered = true;
+	}
+	if (rules_cache.cxt != NULL)
+		MemoryContextDelete(rules_cache.cxt);
+	rules_cache.cxt = AllocSetContextCreate(CacheMemoryContext, "esrc stream rules",
+											ALLOCSET_SMALL_SIZES);
+	rules_cache.rules = NULL;
+	rules_cache.loaded = NULL;
+	rules_cache.nrules = 0;
+	rules_cache.nhard = 0;
+	rules_cache.generation++;
+
+	nsp = get_namespace_oid("esrc", true);
+	rules_cache.relid = OidIsValid(nsp) ? get_relname_relid("stream_rules", nsp) : InvalidOid;
+	if (!OidIsValid(rules_cache.relid))
+		return;
+
+	/* an invalidation that arrives while this runs makes it stale again */
+	rules_cache.valid = true;
+	PG_TRY();
+	{
+		rel = table_open(rules_cache.relid, AccessShareLock);
+		if (RelationGetDescr(rel)->natts != Natts_rules)
+			elog(ERROR, "esrc.stream_rules has an unexpected row type");
+		snap = RegisterSnapshot(GetLatestSnapshot());
+		slot = table_slot_create(rel, NULL);
+		scan = table_beginscan(rel, snap, 0, NULL);
+		while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		{
+			slot_getallattrs(slot);
+			cache_row(slot);
+		}
+		table_endscan(scan);
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snap);
+		table_close(rel, AccessShareLock);
+		index_rules();
+	}
+	PG_CATCH();
+	{
+		rules_cache.valid = false;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/* Bring the cache up to date with every change committed so far. */
+static void
+rules_refresh(void)
+{
+	AcceptInvalidationMessages();
+	if (!rules_cache.valid)
+		rules_load();
+}
+
+/*
+ * A filter for one read under snap, or NULL when no stream has rules.
+ * Allocated in CurrentMemoryContext; valid until the read ends, when the
+ * caller calls esrc_rules_end().
+ */
+EsrcRuleFilter *
+esrc_rules_begin(Snapshot snap)
+{
+	EsrcRuleFilter *f;
+
+	rules_refresh();
+	if (rules_cache.nrules == 0)
+		return NULL;
+	f = palloc0(sizeof(EsrcRuleFilter));
+	f->snap = snap;
+	f->now = GetCurrentStatementStartTimestamp();
+	f->rules = rules_cache.rules;
+	f->generation = rules_cache.generation;
+	f->checked = true;
+	return f;
+}
+
+/*
+ * The first version of the stream that rule r leaves visible under the
+ * filter's snapshot: the highest of its bounds (see the header comment).
+ * Scans the stream backward from its head only for max_count and max_age,
+ * down to the bound (for max_age, the visible events and one more).
+ */
+static int64
+rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
+{
+	int64		lo = Max(r->truncate_before, 0);
+	TimestampTz cutoff = 0;
+	EsrcLogScan *scan;
+	TupleTableSlot *slot;
+	bool		first = true;
+
+	if (r->max_count < 0 && !r->has_max_age)
+		return lo;
+	if (r->has_max_age)
+		cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+														 TimestampTzGetDatum(f->now),
+														 IntervalPGetDatum(&r->max_age)));
+	/* one scan per read, restarted for each stream */
+	if (f->scan != NULL)
+		esrc_log_rescan_stream(f->scan, PointerGetDatum(stream), 0, PG_INT64_MAX);
+	else if (f->checked)
+		f->scan = esrc_log_begin(ESRC_LOG_BY_STREAM, PointerGetDatum(stream), 0,
+								 PG_INT64_MAX, BackwardScanDirection, f->snap);
+	else
+		f->scan = esrc_log_begin_unchecked(ESRC_LOG_BY_STREAM, PointerGetDatum(stream), 0,
+										   PG_INT64_MAX, BackwardScanDirection, f->snap);
+	scan = f->scan;
+	while ((slot = esrc_log_next(scan)) != NULL)
+	{
+		int64		v = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
+
+		if (first)
+		{
+			first = false;
+			if (r->max_count > 0 && v - r->max_count + 1 > lo)
+				lo = v - r->max_count + 1;
+			if (!r->has_max_age)
+				break;
+		}
+		if (v < lo)
+			break;
+		if (DatumGetTimestampTz(slot->tts_values[Anum_events_recorded_at - 1]) < cutoff)
+		{
+			lo = v + 1;
+			break;
+		}
+	}
+	return lo;
+}
+
+/* The first visible version of the stream of rule r, once per read. */
+static int64
+bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
+{
+	RuleBound  *b;
+	bool		found;
+
+	if (r->max_count < 0 && !r->has_max_age)
+		return Max(r->truncate_before, 0);
+	if (r == f->last_bound_rule)
+		return f->last_bound;
+	if (f->bounds == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(StreamRule *);
+		ctl.entrysize = sizeof(RuleBound);
+		ctl.hcxt = CurrentMemoryContext;
+		f->bounds = hash_create("esrc stream bounds", 64, &ctl,
+								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	b = hash_search(f->bounds, &r, HASH_ENTER, &found);
+	if (!found)
+		b->first_visible = rule_first_visible(f, r, stream);
+	f->last_bound_rule = r;
+	f->last_bound = b->first_visible;
+	return b->first_visible;
+}
+
+static StreamRule *
+filter_rule(EsrcRuleFilter *f, text *stream)
+{
+	const char *name = VARDATA_ANY(stream);
+	int			len = VARSIZE_ANY_EXHDR(stream);
+
+	if (f->generation != rules_cache.generation)
+		elog(ERROR, "the stream rules were reloaded during a read");
+	if (!maybe_has_rule(f->rules, name, len))
+		return NULL;
+	if (f->has_last && len == f->last_len && memcmp(name, f->last_name, len) == 0)
+		return f->last_rule;
+	f->last_rule = find_rule(f->rules, name, len);
+	f->has_last = len <= ESRC_MAX_STREAM_NAME;
+	if (f->has_last)
+		memcpy(f->last_name, name, len);
+	f->last_len = len;
+	return f->last_rule;
+}
+
+/* The first version of stream the read may show (0: no rules). */
+int64
+esrc_rules_first_visible(EsrcRuleFilter *f, text *stream)
+{
+	StreamRule *r = filter_rule(f, stream);
+
+	return r == NULL ? 0 : bound_of(f, r, stream);
+}
+
+/* May the read show the event in slot (a row of esrc.events)? */
+bool
+esrc_rules_visible(EsrcRuleFilter *f, TupleTableSlot *slot)
+{
+	text	   *stream = DatumGetTextPP(slot->tts_values[Anum_events_stream - 1]);
+	StreamRule *r = filter_rule(f, stream);
+
+	if (r == NULL)
+		return true;
+	return DatumGetInt64(slot->tts_values[Anum_events_version - 1]) >=
+		bound_of(f, r, stream);
+}
+
+/* End a read's use of the rules: close its scan, if it made one. */
+void
+esrc_rules_end(EsrcRuleFilter *f)
+{
+	if (f->scan != NULL)
+		esrc_log_end(f->scan);
+	f->scan = NULL;
+}
+
+/*
+ * Refuse an append to a stream deleted permanently.  The caller holds the
+ * stream lock and has made its earlier commands visible.
+ */
+void
+esrc_rules_check_append(const char *stream)
+{
+	StreamRule *r;
+
+	rules_refresh();
+	if (rules_cache.nhard == 0)
+		return;
+	r = find_rule(rules_cache.rules, stream, strlen(stream));
+	if (r != NULL && r->hard_deleted)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("stream \"%s\" is deleted permanently", stream),
+				 errdetail("esrc.delete_stream() deleted it with hard => true; every append to it is refused."),
+				 errhint("Append to a stream of another name.")));
+}
+
+/* ----------------------------------------------------------------
+ * esrc.set_stream_rules, esrc.delete_stream
+ * ----------------------------------------------------------------
+ */
+
+/* The rules of a stream as the SQL functions handle them. */
+typedef struct RuleValues
+{
+	int64		truncate_before;	/* -1: none */
+	int64		max_count;		/* -1: none */
+	bool		has_max_age;
+	Interval	max_age;
+	bool		hard_deleted;
+} RuleValues;
+
+static char *
+reason_arg(FunctionCallInfo fcinfo, int argno, const char *hint)
+{
+	if (PG_ARGISNULL(argno) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(argno)) == 0)
+		ereport(ERROR,
+				(errcode(PG_ARGISNULL(argno) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reason must not be %s", PG_ARGISNULL(argno) ? "null" : "empty"),
+				 errhint("%s", hint)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/*
+ * Take the stream lock (as an append does) and return the stream's last
+ * version under a new snapshot, which sees what committed before the lock
+ * and this transaction's own appends.  A stream without events is an
+ * error: a rule on a name nobody appended to is more likely a typo than a
+ * plan, and esrc.erase_stream refuses it the same way.
+ */
+static int64
+lock_stream_head(const char *stream)
+{
+	LOCKTAG		tag;
+	Snapshot	snap;
+	EsrcLogScan *scan;
+	TupleTableSlot *slot;
+	int64		head = -1;
+
+	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	CommandCounterIncrement();
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	scan = esrc_log_begin_unchecked(ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream),
+									0, PG_INT64_MAX, BackwardScanDirection, snap);
+	if ((slot = esrc_log_next(scan)) != NULL)
+		head = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
+	esrc_log_end(scan);
+	UnregisterSnapshot(snap);
+	if (head < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" does not exist", stream),
+				 errdetail("The stream has no events; rules are set on streams that have some.")));
+	return head;
+}
+
+/* The stream's rules as esrc.erasures.rules records them. */
+static Jsonb *
+rules_json(const RuleValues *rv)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"truncate_before\": ");
+	if (rv->truncate_before >= 0)
+		appendStringInfo(&buf, INT64_FORMAT, rv->truncate_before);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfoString(&buf, ", \"max_count\": ");
+	if (rv->max_count >= 0)
+		appendStringInfo(&buf, INT64_FORMAT, rv->max_count);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfoString(&buf, ", \"max_age\": ");
+	if (rv->has_max_age)
+	{
+		/* ISO 8601, whatever the session's IntervalStyle */
+		struct pg_itm itm;
+		char		iso[MAXDATELEN + 1];
+
+		interval2itm(rv->max_age, &itm);
+		EncodeInterval(&itm, INTSTYLE_ISO_8601, iso);
+		escape_json(&buf, iso);
+	}
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfo(&buf, ", \"hard_deleted\": %s}", rv->hard_deleted ? "true" : "false");
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/* Write the stream's row of esrc.stream_rules (none if no rules), as its owner. */
+static void
+write_rules(const char *stream, const RuleValues *rv)
+{
+	static const char *delete_sql =
+		"DELETE FROM esrc.stream_rules WHERE stream OPERATOR(pg_catalog.=) $1";
+	static const char *upsert_sql =
+		"INSERT INTO esrc.stream_rules AS r (stream, truncate_before, max_count, max_age, hard_deleted) "
+		"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stream) DO UPDATE SET "
+		"truncate_before = excluded.truncate_before, max_count = excluded.max_count, "
+		"max_age = excluded.max_age, hard_deleted = excluded.hard_deleted, "
+		"set_at = pg_catalog.now()";
+	Oid			owner = esrc_relation_owner(esrc_relation_oid("stream_rules"));
+	Oid			argtypes[5] = {TEXTOID, INT8OID, INT8OID, INTERVALOID, BOOLOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+	values[0] = CStringGetTextDatum(stream);
+	if (rv->truncate_before < 0 && rv->max_count < 0 && !rv->has_max_age &&
+		!rv->hard_deleted)
+	{
+		esrc_run_as_owner(owner, delete_sql, 1, argtypes, values, NULL, SPI_OK_DELETE);
+		return;
+	}
+	values[1] = Int64GetDatum(rv->truncate_before);
+	nulls[1] = rv->truncate_before < 0 ? 'n' : ' ';
+	values[2] = Int64GetDatum(rv->max_count);
+	nulls[2] = rv->max_count < 0 ? 'n' : ' ';
+	values[3] = IntervalPGetDatum(&rv->max_age);
+	nulls[3] = rv->has_max_age ? ' ' : 'n';
+	values[4] = BoolGetDatum(rv->hard_deleted);
+	esrc_run_as_owner(owner, upsert_sql, 5, argtypes, values, nulls, SPI_OK_INSERT);
+}
+
+/* The stream's current rules, from the cache (brought up to date). */
+static void
+current_rules(const char *stream, RuleValues *rv)
+{
+	StreamRule *r;
+
+	rules_refresh();
+	r = find_rule(rules_cache.rules, stream, strlen(stream));
+	memset(rv, 0, sizeof(RuleValues));
+	rv->truncate_before = r ? r->truncate_before : -1;
+	rv->max_count = r ? r->max_count : -1;
+	rv->has_max_age = r ? r->has_max_age : false;
+	if (rv->has_max_age)
+		rv->max_age = r->max_age;
+	rv->hard_deleted = r ? r->hard_deleted : false;
+}
+
+static void
+refuse_negative(const char *what, int64 value, bool zero_too, const char *hint)
+{
+	if (value < 0 || (zero_too && value == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must %s", what, zero_too ? "be positive" : "not be negative"),
+				 errdetail("The value given was " INT64_FORMAT ".", value),
+				 errhint("%s", hint)));
+}
+
+/*
+ * esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
+ * reason): replaces the stream's rules; a null argument means no such
+ * rule, so a call with all three null clears them.  Refused for a stream
+ * deleted permanently.
+ */
+Datum
+esrc_set_stream_rules(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	char	   *reason;
+	RuleValues	rv;
+	RuleValues	old;
+
+	PreventCommandIfReadOnly("esrc.set_stream_rules()");
+	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+							 "stream name", ESRC_MAX_STREAM_NAME);
+	memset(&rv, 0, sizeof(rv));
+	rv.truncate_before = PG_ARGISNULL(1) ? -1 : PG_GETARG_INT64(1);
+	if (!PG_ARGISNULL(1))
+		refuse_negative("truncate_before", rv.truncate_before, false,
+						"Use null for no such rule.");
+	rv.max_count = PG_ARGISNULL(2) ? -1 : PG_GETARG_INT64(2);
+	if (!PG_ARGISNULL(2))
+		refuse_negative("max_count", rv.max_count, true,
+						"Use null for no limit; esrc.delete_stream() hides every event.");
+	rv.has_max_age = !PG_ARGISNULL(3);
+	if (rv.has_max_age)
+	{
+		Interval	zero;
+
+		rv.max_age = *PG_GETARG_INTERVAL_P(3);
+		memset(&zero, 0, sizeof(zero));
+		if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(&rv.max_age),
+											  IntervalPGetDatum(&zero))) <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_age must be positive"),
+					 errdetail("The value given was %s.",
+							   DatumGetCString(DirectFunctionCall1(interval_out,
+																   IntervalPGetDatum(&rv.max_age)))),
+					 errhint("Use null for no such rule.")));
+	}
+	reason = reason_arg(fcinfo, 4, "Say why the rules change; the reason is recorded in esrc.erasures.");
+
+	(void) lock_stream_head(stream);
+	current_rules(stream, &old);
+	if (old.hard_deleted)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("stream \"%s\" is deleted permanently", stream),
+				 errdetail("The rules of a stream deleted with hard => true cannot change.")));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	write_rules(stream, &rv);
+	esrc_record_erasure("set_stream_rules", stream, 0, reason,
+						(rv.truncate_before < 0 && rv.max_count < 0 && !rv.has_max_age) ?
+						NULL : rules_json(&rv),
+						GetSessionUserId(), GetUserId());
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_VOID();
+}
+
+/*
+ * esrc.delete_stream(stream, reason, hard DEFAULT false) -> bigint:
+ * truncate_before becomes the stream's version + 1 (or stays, if higher),
+ * its other rules stay; hard also refuses every later append.  Returns the
+ * number of events the stream has, all hidden now; 0 for a stream deleted
+ * permanently already (nothing changes, the call is still recorded).
+ */
+Datum
+esrc_delete_stream(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	char	   *reason;
+	bool		hard;
+	int64		head;
+	int64		events;
+	RuleValues	rv;
+
+	PreventCommandIfReadOnly("esrc.delete_stream()");
+	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+							 "stream name", ESRC_MAX_STREAM_NAME);
+	reason = reason_arg(fcinfo, 1, "Say why the stream is deleted; the reason is recorded in esrc.erasures.");
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("hard must not be null"),
+				 errhint("Use false for a soft delete, true to refuse every later append.")));
+	hard = PG_GETARG_BOOL(2);
+
+	head = lock_stream_head(stream);
+	current_rules(stream, &rv);
+	events = rv.hard_deleted ? 0 : head + 1;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!rv.hard_deleted)
+	{
+		rv.truncate_before = Max(rv.truncate_before, head + 1);
+		rv.hard_deleted = hard;
+		write_rules(stream, &rv);
+	}
+	esrc_record_erasure("delete_stream", stream, events, reason, rules_json(&rv),
+						GetSessionUserId(), GetUserId());
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_INT64(events);
+}
+
+/*
+ * Trigger of esrc.stream_rules (AFTER, FOR EACH STATEMENT, any change):
+ * every backend drops its cache of the rules when this transaction
+ * commits, and this backend at its next command.
+ */
+Datum
+esrc_stream_rules_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("esrc.stream_rules_changed() must be called as a trigger")));
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
+}
