@@ -600,6 +600,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
  */
 
 /* columns of esrc.erasures, in the order of 50_lifecycle.sql */
+#define Anum_erasures_what		2
 #define Anum_erasures_stream		3
 #define Anum_erasures_erased_at		7
 
@@ -653,6 +654,7 @@ esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
 	if (idx->rd_rel->relam != BTREE_AM_OID ||
 		idx->rd_index->indkey.values[0] != Anum_erasures_stream ||
 		idx->rd_opcintype[0] != TEXTOID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_what - 1)->atttypid != TEXTOID ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_erased_at - 1)->atttypid != TIMESTAMPTZOID)
 		elog(ERROR, "esrc.erasures or its index erasures_stream_idx has an unexpected shape");
 	slot = table_slot_create(rel, NULL);
@@ -664,9 +666,14 @@ esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		TimestampTz at = DatumGetTimestampTz(slot_getattr(slot, Anum_erasures_erased_at,
-														  &isnull));
+		TimestampTz at;
+		text	   *what = DatumGetTextPP(slot_getattr(slot, Anum_erasures_what, &isnull));
 
+		/* the table records rule changes and deletes too; only erasures count */
+		if (VARSIZE_ANY_EXHDR(what) != strlen("erase_stream") ||
+			memcmp(VARDATA_ANY(what), "erase_stream", strlen("erase_stream")) != 0)
+			continue;
+		at = DatumGetTimestampTz(slot_getattr(slot, Anum_erasures_erased_at, &isnull));
 		if (first_at != NULL && (!found || at < *first_at))
 			*first_at = at;
 		found = true;
