@@ -26,11 +26,12 @@ fail() { printf '\nDEMO FAILED: %s\n' "$*" >&2; exit 1; }
 show() { fwd_sql_table "$1" | sed 's/^/    /'; }
 fwd_sql_table() { psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1 -c "$1"; }
 
+say "Setting up: packages, build, Kafka broker jars (cached after the first run)"
+# ensure_deps creates the user the servers run as ($ESRC_TEST_USER), and
+# test_tmpdir hands its directory to that user: in this order
+ensure_deps
 dir=$(test_tmpdir demo)
 trap 'fwd_stop_all; rm -rf "$dir"' EXIT
-
-say "Setting up: packages, build, Kafka broker jars (cached after the first run)"
-ensure_deps
 build_install
 "$FWD_KAFKA/fetch.sh" >/dev/null
 info "esrc built and installed into $(pg_config --pkglibdir)"
