@@ -34,7 +34,7 @@ dir=$(test_tmpdir demo)
 trap 'fwd_stop_all; rm -rf "$dir"' EXIT
 build_install
 "$FWD_KAFKA/fetch.sh" >/dev/null
-info "esrc built and installed into $(pg_config --pkglibdir)"
+info "esrc built and installed into $("$PG_CONFIG" --pkglibdir)"
 
 say "Starting a local Kafka broker (KRaft, single node) and a throwaway PostgreSQL 15 with shared_preload_libraries = 'esrc'"
 fwd_start_kafka "$dir/kafka" 2>/dev/null
