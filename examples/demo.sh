@@ -26,14 +26,15 @@ fail() { printf '\nDEMO FAILED: %s\n' "$*" >&2; exit 1; }
 show() { fwd_sql_table "$1" | sed 's/^/    /'; }
 fwd_sql_table() { psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1 -c "$1"; }
 
+say "Setting up: packages, build, Kafka broker jars (cached after the first run)"
+# ensure_deps creates the user the servers run as ($ESRC_TEST_USER), and
+# test_tmpdir hands its directory to that user: in this order
+ensure_deps
 dir=$(test_tmpdir demo)
 trap 'fwd_stop_all; rm -rf "$dir"' EXIT
-
-say "Setting up: packages, build, Kafka broker jars (cached after the first run)"
-ensure_deps
 build_install
 "$FWD_KAFKA/fetch.sh" >/dev/null
-info "esrc built and installed into $(pg_config --pkglibdir)"
+info "esrc built and installed into $("$PG_CONFIG" --pkglibdir)"
 
 say "Starting a local Kafka broker (KRaft, single node) and a throwaway PostgreSQL 15 with shared_preload_libraries = 'esrc'"
 fwd_start_kafka "$dir/kafka" 2>/dev/null
@@ -50,19 +51,84 @@ info "UserRegistered appended at version $v"
 
 say "Three ChangeUserName commands arrive at once, from three sessions"
 info "(each handler loads the snapshot and its version, decides, and appends with that"
-info " version as expected_version; a handler that lost the race gets SQLSTATE 40001,"
-info " loads again and decides again)"
-start=$(fwd_sql "SELECT clock_timestamp() + interval '1 second'")
+info " version as expected_version.  Their first attempts wait for each other at a barrier"
+info " between load and append, so all three decide on version 0 and only one append can"
+info " win; a handler that lost the race gets SQLSTATE 40001, loads again and decides again)"
+# One attempt of the handler: the steps of security.change_user_name, taken
+# one statement at a time from the client so that the first attempt can wait
+# at a barrier between load and append.  Prints "loaded N", then
+# "appended N" or psql's "ERROR:  40001".
+cat >"$dir/change_user_name.sql" <<'SQL'
+-- load: the state and its version
+SELECT version AS loaded FROM esrc.load('security.users', :'stream') \gset
+\echo loaded :loaded
+\if :barrier
+-- the first attempt waits here until all three commands have loaded
+SELECT pg_advisory_xact_lock_shared(17) \gset
+\endif
+-- decide: only a registered user (version >= 0) can be renamed
+SELECT :loaded >= 0 AS registered \gset
+\if :registered
+-- append with the loaded version as expected_version
+SELECT esrc.append(:'stream', 'UserNameChanged',
+                   jsonb_build_object('email', :'email', 'name', :'name'),
+                   expected_version => :loaded) AS appended \gset
+\echo appended :appended
+\else
+\echo rejected: not registered
+\endif
+SQL
+# change_user_name NAME: the handler with its retry loop; one line per attempt.
+change_user_name() {
+    local name=$1 attempt out waited
+    for attempt in 1 2 3 4 5 6 7 8 9 10; do
+        out=$(psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAtX -v ON_ERROR_STOP=1 \
+                  -v VERBOSITY=sqlstate -v barrier=$((attempt == 1)) \
+                  -v stream="$STREAM" -v email="$EMAIL" -v name="$name" \
+                  -f "$dir/change_user_name.sql" 2>&1) || true
+        waited=
+        [ "$attempt" = 1 ] && waited="waited at the barrier, "
+        printf '%s attempt %d: loaded version %s, %sappend -> ' \
+            "$name" "$attempt" "$(sed -n 's/^loaded //p' <<<"$out")" "$waited"
+        case $out in
+            *"appended "*) echo "version ${out##*appended }"; return 0 ;;
+            *"ERROR:  40001"*) echo "SQLSTATE 40001 (lost the race)" ;;
+            *) echo "unexpected: $out"; return 1 ;;
+        esac
+    done
+    return 1
+}
+# The barrier: advisory lock 17, held by a session of the demo's own.  Each
+# command's first attempt, once it has loaded, asks for it and waits; when
+# pg_locks shows all three waiting, the demo lets go.
+barrier_locks() {   # barrier_locks true|false: granted or waiting locks on 17
+    fwd_sql "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 17 AND granted = $1"
+}
+exec {barrier}> >(exec psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAtX >/dev/null)
+echo "SELECT pg_advisory_lock(17);" >&$barrier
+deadline=$((SECONDS + 30))
+until [ "$(barrier_locks true)" = 1 ]; do
+    [ $SECONDS -lt $deadline ] || fail "the demo's session did not get the barrier lock"; sleep 0.05
+done
 pids=()
 for n in 1 2 3; do
-    psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAtX -v ON_ERROR_STOP=1 \
-        -c "SELECT pg_sleep_until('$start')" \
-        -c "SELECT 'Alex$n -> version ' || security.change_user_name('$EMAIL', 'Alex$n')" \
-        >"$dir/cmd$n.out" 2>&1 &
+    change_user_name "Alex$n" >"$dir/cmd$n.out" 2>&1 &
     pids+=($!)
 done
+until [ "$(barrier_locks false)" = 3 ]; do
+    [ $SECONDS -lt $deadline ] || fail "the three commands did not all reach the barrier: $(cat "$dir"/cmd*.out)"
+    sleep 0.05
+done
+echo "SELECT pg_advisory_unlock(17);" >&$barrier
+exec {barrier}>&-
 for p in "${pids[@]}"; do wait "$p" || fail "a rename failed: $(cat "$dir"/cmd*.out)"; done
-for n in 1 2 3; do info "$(grep -- '->' "$dir/cmd$n.out")"; done
+for n in 1 2 3; do while read -r line; do info "$line"; done <"$dir/cmd$n.out"; done
+lost=$(cat "$dir"/cmd*.out | grep -c 'SQLSTATE 40001' || true)
+[ "$(grep -h 'attempt 1:' "$dir"/cmd*.out | grep -c -- '-> version 1$')" = 1 ] && [ "$lost" -ge 2 ] \
+    || fail "all three first attempts loaded version 0: exactly one should win, two should get 40001"
+[ "$(grep -ho -- '-> version [0-9]*$' "$dir"/cmd*.out | sort | tr -d '\n')" = "-> version 1-> version 2-> version 3" ] \
+    || fail "the three renames should end at versions 1, 2 and 3"
+info "$lost append attempt(s) lost the race with SQLSTATE 40001 and were retried; the three ended at versions 1, 2, 3"
 
 say "(a) The event log: versions 0, 1, 2, 3 — no rename lost, none decided against a stale state"
 show "SELECT position, version, type, data FROM esrc.read_stream('$STREAM')"
@@ -70,8 +136,6 @@ show "SELECT position, version, type, data FROM esrc.read_stream('$STREAM')"
     || fail "the stream should have versions 0,1,2,3"
 [ "$(fwd_sql "SELECT string_agg(data->>'name', ',' ORDER BY data->>'name') FROM esrc.read_stream('$STREAM', 1)")" = "Alex1,Alex2,Alex3" ] \
     || fail "each of the three renames should be in the log once"
-lost=$(fwd_sql "SELECT (SELECT max(position) FROM esrc.events) - count(*) FROM esrc.events")
-info "$lost append attempt(s) lost the race with SQLSTATE 40001 and were retried (their positions are the gaps above)"
 
 say "(b) The snapshot row, written in the same transaction as each append"
 show "SELECT stream, version, state FROM security.users WHERE stream = '$STREAM'"

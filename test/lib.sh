@@ -72,9 +72,12 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# A fresh directory owned by the test user.
+# A fresh directory owned by the test user (call ensure_deps first: it
+# creates that user).
 test_tmpdir() {
     local d
+    [ "$(id -u)" != 0 ] || id "$ESRC_TEST_USER" >/dev/null 2>&1 \
+        || die "test_tmpdir: user $ESRC_TEST_USER does not exist yet (ensure_deps creates it)"
     d=$(mktemp -d "${TMPDIR:-/tmp}/esrc-${1:-test}.XXXXXX")
     chmod 755 "$d"
     [ "$(id -u)" = 0 ] && chown "$ESRC_TEST_USER" "$d"
