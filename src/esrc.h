@@ -10,7 +10,9 @@
  * forwarder.c owns the Kafka forwarder's background worker, with its
  * GUCs in fwdconf.c, its reads in fwdread.c and its status in
  * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
- * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures.
+ * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
+ * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
+ * esrc.decrypt, esrc.forget_subject).
  *
  *-------------------------------------------------------------------------
  */
@@ -285,6 +287,18 @@ extern bool esrc_is_redacted(Datum data, bool datanull, bool metanull);
 extern bool esrc_stream_erased(const char *stream, Snapshot snap,
 							   TimestampTz *first_at);
 extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
+
+/*
+ * lifecycle.c, shared with crypto.c: run one SQL statement (SPI connected)
+ * as owner, security-restricted, search_path pinned; record a call in
+ * esrc.erasures; check the required reason of a life-cycle call.
+ */
+extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
+							  Oid *argtypes, Datum *values, int expected_rc);
+extern void esrc_record_erasure(const char *what, const char *stream,
+								int64 events, const char *reason,
+								Oid session_user, Oid current_user);
+extern char *esrc_check_reason(text *reason, const char *what);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

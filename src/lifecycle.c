@@ -178,8 +178,8 @@ esrc_erasure_permits(TriggerData *trigdata)
  * makes is undone after it.  On error the user is restored here and the
  * settings by the (sub)transaction abort.
  */
-static void
-run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
+void
+esrc_run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
 			 Datum *values, int expected_rc)
 {
 	Oid			save_userid;
@@ -231,7 +231,7 @@ category_snapshots(const char *category, Oid **relids)
 	int			i;
 
 	values[0] = CStringGetTextDatum(category);
-	run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
+	esrc_run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
 				 argtypes, values, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	*relids = palloc(sizeof(Oid) * Max(n, 1));
@@ -271,14 +271,17 @@ delete_snapshot_rows(int n, Oid *relids, const char *stream)
 		nspname = get_namespace_name(get_rel_namespace(relids[i]));
 		sql = psprintf("DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1",
 					   quote_qualified_identifier(nspname, relname));
-		run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
+		esrc_run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
 					 SPI_OK_DELETE);
 	}
 }
 
-/* Record one erasure in esrc.erasures, as the table's owner. */
-static void
-record_erasure(const char *what, const char *stream, int64 events,
+/*
+ * Record one use of a life-cycle function in esrc.erasures, as the table's
+ * owner (inside an SPI connection).  crypto.c records forget_subject here.
+ */
+void
+esrc_record_erasure(const char *what, const char *stream, int64 events,
 			   const char *reason, Oid session_user, Oid current_user)
 {
 	static const char *sql =
@@ -295,7 +298,7 @@ record_erasure(const char *what, const char *stream, int64 events,
 									CStringGetDatum(GetUserNameFromId(session_user, false)));
 	values[5] = DirectFunctionCall1(namein,
 									CStringGetDatum(GetUserNameFromId(current_user, false)));
-	run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
+	esrc_run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
 				 argtypes, values, SPI_OK_INSERT);
 }
 
@@ -478,6 +481,21 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 }
 
 /*
+ * The reason of a life-cycle call (NULL if the argument was NULL): required,
+ * since it is recorded in esrc.erasures.  what completes "Say why the ...".
+ */
+char *
+esrc_check_reason(text *reason, const char *what)
+{
+	if (reason == NULL || VARSIZE_ANY_EXHDR(reason) == 0)
+		ereport(ERROR,
+				(errcode(reason == NULL ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reason must not be %s", reason == NULL ? "null" : "empty"),
+				 errhint("Say why the %s; it is recorded in esrc.erasures.", what)));
+	return text_to_cstring(reason);
+}
+
+/*
  * esrc.erase_stream(stream, reason) -> bigint: the number of events
  * redacted.  See the header comment; docs/lifecycle.md is the reference.
  * A stream with no events is an error (42704); a stream whose events are
@@ -510,12 +528,8 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("esrc.erase_stream()");
 	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 							 "stream name", ESRC_MAX_STREAM_NAME);
-	if (PG_ARGISNULL(1) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
-		ereport(ERROR,
-				(errcode(PG_ARGISNULL(1) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("reason must not be %s", PG_ARGISNULL(1) ? "null" : "empty"),
-				 errhint("Say why the stream is erased; it is recorded in esrc.erasures.")));
-	reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	reason = esrc_check_reason(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
+							   "stream is erased");
 	category = esrc_stream_category(stream);
 	stream_datum = CStringGetTextDatum(stream);
 	marker = erased_marker();
@@ -578,7 +592,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	table_close(rel, NoLock);
 
 	delete_snapshot_rows(nsnapshots, snapshot_relids, stream);
-	record_erasure("erase_stream", stream, ntodo, reason, session_user,
+	esrc_record_erasure("erase_stream", stream, ntodo, reason, session_user,
 				   current_user);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");

@@ -43,7 +43,8 @@ $roles$;
 GRANT USAGE ON SCHEMA esrc TO esrc_admin;
 
 ------------------------------------------------------------------------
--- The audit of erasures.  Written only by esrc.erase_stream (as the
+-- The audit of erasures.  Written only by esrc.erase_stream and
+-- esrc.forget_subject (52_crypto.sql) (as the
 -- table's owner); append-only for everyone, superusers included, by
 -- ENABLE ALWAYS triggers; readable by esrc_admin.
 ------------------------------------------------------------------------
@@ -59,15 +60,16 @@ CREATE TABLE esrc.erasures (
     erased_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
     reason            text        NOT NULL CHECK (reason <> ''),
     CONSTRAINT erasures_pkey PRIMARY KEY (id),
-    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream'))
+    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream', 'forget_subject'))
 );
 ALTER SEQUENCE esrc.erasure_id_seq OWNED BY esrc.erasures.id;
 -- Is this stream erased?  (a lookup by stream, docs/lifecycle.md)
 CREATE INDEX erasures_stream_idx ON esrc.erasures (stream);
 COMMENT ON TABLE esrc.erasures IS
-    'Every use of the life-cycle functions (esrc.erase_stream), recorded in its transaction, with who and why.  Append-only.';
-COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream.';
-COMMENT ON COLUMN esrc.erasures.events IS 'Events redacted by this call (0: the stream was erased already).';
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.forget_subject), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream or forget_subject.';
+COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, or the subject forgotten.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); forget_subject: keys destroyed (1, or 0: forgotten already).';
 COMMENT ON COLUMN esrc.erasures.session_user_name IS 'session_user of the call.';
 COMMENT ON COLUMN esrc.erasures.current_user_name IS 'current_user of the call.';
 COMMENT ON COLUMN esrc.erasures.erased_at IS 'Start of the erasing transaction.';
