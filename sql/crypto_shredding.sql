@@ -220,8 +220,26 @@ RESET ROLE;
 -- forgetting again: a recorded no-op that returns false
 SET ROLE crypto_admin;
 SELECT esrc.forget_subject('customer-1', 'second request') AS destroyed;
-SELECT stream, events, reason FROM esrc.erasures WHERE what = 'forget_subject' ORDER BY id;
+SELECT stream, events, reason FROM esrc.erasures WHERE what = 'forget_subject' AND stream = 'customer-1' ORDER BY id;
 RESET ROLE;
+
+-- forgetting a subject does not erase the stream of the same name: its
+-- audit row is not an erase_stream row, so the stream keeps its snapshot
+-- state and takes new (plain) events
+SELECT esrc.create_snapshot('crypto_customers', 'customer', 'esrc.merge(jsonb, esrc.event)');
+SELECT stream, version, state->>'plan' AS plan FROM crypto_customers ORDER BY stream;
+SET ROLE crypto_writer;
+SELECT esrc.append('customer-1', 'Downgraded', '{"plan": "free"}');
+RESET ROLE;
+SELECT version, state->>'plan' AS plan FROM esrc.load('crypto_customers', 'customer-1');
+-- a forgotten subject whose stream has no events yet: load gives the
+-- initial state (an erased stream would raise 55000) and appends go on
+SELECT esrc.encrypt('customer-5', 'email', '"eve@example.com"') IS NOT NULL AS encrypted;
+SELECT esrc.forget_subject('customer-5', 'erasure request #4713');
+SELECT * FROM esrc.load('crypto_customers', 'customer-5');
+SELECT esrc.append('customer-5', 'Registered', '{"plan": "free"}', expected_version => -1);
+SELECT version, state FROM esrc.load('crypto_customers', 'customer-5');
+SELECT esrc.drop_snapshot('crypto_customers');
 
 -- nothing more is encrypted for a forgotten subject
 SET ROLE crypto_writer;

@@ -605,6 +605,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
  */
 
 /* columns of esrc.erasures, in the order of 50_lifecycle.sql */
+#define Anum_erasures_what		2
 #define Anum_erasures_stream		3
 #define Anum_erasures_erased_at		7
 
@@ -631,7 +632,8 @@ esrc_is_redacted(Datum data, bool datanull, bool metanull)
 }
 
 /*
- * Has esrc.erase_stream() erased stream, as snap sees esrc.erasures?  If
+ * Has esrc.erase_stream() erased stream, as snap sees esrc.erasures (rows
+ * of esrc.forget_subject, whose stream column is a subject, do not count)?  If
  * so and first_at is not NULL, *first_at is the time of its first erasure.
  * One probe of the index erasures_stream_idx, read directly, as a catalog
  * is read: no privilege on esrc.erasures is needed (load and append
@@ -658,6 +660,7 @@ esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
 	if (idx->rd_rel->relam != BTREE_AM_OID ||
 		idx->rd_index->indkey.values[0] != Anum_erasures_stream ||
 		idx->rd_opcintype[0] != TEXTOID ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_what - 1)->atttypid != TEXTOID ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_erased_at - 1)->atttypid != TIMESTAMPTZOID)
 		elog(ERROR, "esrc.erasures or its index erasures_stream_idx has an unexpected shape");
 	slot = table_slot_create(rel, NULL);
@@ -669,8 +672,14 @@ esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		TimestampTz at = DatumGetTimestampTz(slot_getattr(slot, Anum_erasures_erased_at,
-														  &isnull));
+		TimestampTz at;
+		text	   *what = DatumGetTextPP(slot_getattr(slot, Anum_erasures_what, &isnull));
+
+		/* forget_subject's rows name a subject, not an erased stream */
+		if (VARSIZE_ANY_EXHDR(what) != strlen("erase_stream") ||
+			memcmp(VARDATA_ANY(what), "erase_stream", strlen("erase_stream")) != 0)
+			continue;
+		at = DatumGetTimestampTz(slot_getattr(slot, Anum_erasures_erased_at, &isnull));
 
 		if (first_at != NULL && (!found || at < *first_at))
 			*first_at = at;
