@@ -39,9 +39,17 @@ psql -qX -v ON_ERROR_STOP=1 <<SQL
 CREATE EXTENSION esrc;
 -- one key per stream, and a few events per stream for the reads
 SELECT count(esrc.encrypt('user-' || s, 'email', '"x"')) FROM generate_series(1, $streams) s;
-SELECT count(esrc.append('user-' || s, 'Registered',
-                         jsonb_build_object('n', 1, 'email', esrc.encrypt('user-' || s, 'email', to_jsonb('user-' || s || '@example.com')))))
-FROM generate_series(1, $streams) s, generate_series(1, 5);
+-- a transaction per stream: an append holds its stream's lock to the end
+DO \$\$
+BEGIN
+    FOR s IN 1 .. $streams LOOP
+        PERFORM esrc.append('user-' || s, 'Registered',
+                            jsonb_build_object('n', 1, 'email', esrc.encrypt('user-' || s, 'email', to_jsonb('user-' || s || '@example.com'))))
+        FROM generate_series(1, 5);
+        COMMIT;
+    END LOOP;
+END
+\$\$;
 CREATE SEQUENCE new_subject_seq;
 CHECKPOINT;
 SQL
