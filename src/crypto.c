@@ -181,13 +181,15 @@ subject_key(const char *subject, SubjectKey *out)
 			strlcpy(out->key_id, SPI_getvalue(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1),
 					sizeof(out->key_id));
-			out->subject = pstrdup(subject);
+			out->subject = NULL;	/* set below, outside SPI's context */
 			out->forgotten = false;
 			memcpy(out->key, VARDATA(key), KEY_LEN);
 		}
 		explicit_bzero(VARDATA(key), KEY_LEN);
 		if (SPI_finish() != SPI_OK_FINISH)
 			elog(ERROR, "SPI_finish failed");
+		if (inserted)
+			out->subject = pstrdup(subject);
 		if (!inserted && !key_lookup(false, subj, GetLatestSnapshot(), out))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
