@@ -20,7 +20,7 @@ PG_CFLAGS    = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initialize
 ifdef ESRC_WERROR
 PG_CFLAGS   += -Werror
 endif
-SHLIB_LINK   = -lrdkafka
+SHLIB_LINK   = -lrdkafka -lcrypto
 
 # Test builds: make ESRC_TOPIC_CACHE_SIZE=8 lowers the forwarder's topic
 # cache (src/kafkatopic.c) so that one batch can span more topics than it holds.

@@ -456,7 +456,8 @@ $roles$;
 GRANT USAGE ON SCHEMA esrc TO esrc_admin;
 
 ------------------------------------------------------------------------
--- The audit of erasures.  Written only by esrc.erase_stream (as the
+-- The audit of erasures.  Written only by esrc.erase_stream and
+-- esrc.forget_subject (52_crypto.sql) (as the
 -- table's owner); append-only for everyone, superusers included, by
 -- ENABLE ALWAYS triggers; readable by esrc_admin.
 ------------------------------------------------------------------------
@@ -472,15 +473,16 @@ CREATE TABLE esrc.erasures (
     erased_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
     reason            text        NOT NULL CHECK (reason <> ''),
     CONSTRAINT erasures_pkey PRIMARY KEY (id),
-    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream'))
+    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream', 'forget_subject'))
 );
 ALTER SEQUENCE esrc.erasure_id_seq OWNED BY esrc.erasures.id;
 -- Is this stream erased?  (a lookup by stream, docs/lifecycle.md)
 CREATE INDEX erasures_stream_idx ON esrc.erasures (stream);
 COMMENT ON TABLE esrc.erasures IS
-    'Every use of the life-cycle functions (esrc.erase_stream), recorded in its transaction, with who and why.  Append-only.';
-COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream.';
-COMMENT ON COLUMN esrc.erasures.events IS 'Events redacted by this call (0: the stream was erased already).';
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.forget_subject), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream or forget_subject.';
+COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, or the subject forgotten.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); forget_subject: keys destroyed (1, or 0: forgotten already).';
 COMMENT ON COLUMN esrc.erasures.session_user_name IS 'session_user of the call.';
 COMMENT ON COLUMN esrc.erasures.current_user_name IS 'current_user of the call.';
 COMMENT ON COLUMN esrc.erasures.erased_at IS 'Start of the erasing transaction.';
@@ -526,12 +528,13 @@ GRANT EXECUTE ON FUNCTION esrc.erase_stream(text, text) TO esrc_admin;
 ALTER TABLE esrc.erasures ADD COLUMN rules jsonb;
 ALTER TABLE esrc.erasures DROP CONSTRAINT erasures_what_check;
 ALTER TABLE esrc.erasures ADD CONSTRAINT erasures_what_check
-    CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream'));
+    CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream', 'forget_subject'));
 COMMENT ON TABLE esrc.erasures IS
-    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream), recorded in its transaction, with who and why.  Append-only.';
-COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules or delete_stream.';
-COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0.';
-COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); erase_stream: null.';
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream, esrc.forget_subject), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules, delete_stream or forget_subject.';
+COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, deleted or given rules, or the subject forgotten.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0; forget_subject: keys destroyed (1, or 0: forgotten already).';
+COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); erase_stream and forget_subject: null.';
 
 ------------------------------------------------------------------------
 -- Stream rules (src/rules.c, docs/lifecycle.md): per stream, which events
@@ -601,3 +604,71 @@ REVOKE ALL ON FUNCTION esrc.stream_rules_changed(),
 GRANT EXECUTE ON FUNCTION esrc.set_stream_rules(text, bigint, bigint, interval, text),
                           esrc.delete_stream(text, text, boolean)
     TO esrc_admin;
+-- Crypto-shredding (src/sql/52_crypto.sql)
+
+-- Part of the esrc install script (see Makefile): crypto-shredding --
+-- per-subject keys, encryption of event fields at append time, decryption
+-- at read time, and forgetting a subject by destroying its key
+-- (src/crypto.c, docs/lifecycle.md "Crypto-shredding").
+
+------------------------------------------------------------------------
+-- The key table.  One row per subject; written only by esrc.encrypt (a
+-- new key on a subject's first use) and esrc.forget_subject (key set to
+-- NULL), as the table's owner; readable by esrc_admin alone.  subject is
+-- COLLATE "C": the C code looks it up by index with that collation.
+------------------------------------------------------------------------
+CREATE TABLE esrc.subject_keys (
+    key_id       uuid        NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+    subject      text        COLLATE "C" NOT NULL,
+    key          bytea,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    forgotten_at timestamptz,
+    CONSTRAINT subject_keys_pkey PRIMARY KEY (key_id),
+    CONSTRAINT subject_keys_subject_key UNIQUE (subject),
+    CONSTRAINT subject_keys_key_check CHECK (key IS NULL OR pg_catalog.length(key) = 32),
+    CONSTRAINT subject_keys_forgotten_check CHECK ((key IS NULL) = (forgotten_at IS NOT NULL))
+);
+COMMENT ON TABLE esrc.subject_keys IS
+    'The AES-256 key of every subject esrc.encrypt encrypted for; key is NULL once esrc.forget_subject destroyed it.  Readable by esrc_admin only.';
+COMMENT ON COLUMN esrc.subject_keys.key_id IS 'Random; named in every encrypted value (the subject is not).';
+COMMENT ON COLUMN esrc.subject_keys.key IS '32 random bytes; NULL after esrc.forget_subject.';
+COMMENT ON COLUMN esrc.subject_keys.forgotten_at IS 'Start of the transaction that forgot the subject.';
+
+-- pg_dump dumps the keys with the database: a restore without them could
+-- decrypt nothing (docs/lifecycle.md, "Backups").
+SELECT pg_catalog.pg_extension_config_dump('esrc.subject_keys', '');
+
+REVOKE ALL ON esrc.subject_keys FROM PUBLIC;
+GRANT SELECT ON esrc.subject_keys TO esrc_admin;
+
+------------------------------------------------------------------------
+-- The functions.  Not SECURITY DEFINER: the C code reads the key table by
+-- index scans and writes it as its owner, security-restricted, with
+-- search_path pinned; EXECUTE is the check: encrypt for esrc_writer,
+-- decrypt for esrc_reader, forget_subject for esrc_admin.
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.encrypt(subject text, field text, value jsonb) RETURNS jsonb
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_encrypt';
+COMMENT ON FUNCTION esrc.encrypt(text, text, jsonb) IS
+    'Encrypt a JSON value for a subject (AES-256-GCM with the subject''s key, created on first use), bound to the subject and the field name; returns the JSON string "esrc:v1:<key id>:<base64>".  NULL value: NULL.';
+
+CREATE FUNCTION esrc.decrypt(subject text, field text, value jsonb) RETURNS jsonb
+    LANGUAGE c CALLED ON NULL INPUT STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'esrc_decrypt';
+COMMENT ON FUNCTION esrc.decrypt(text, text, jsonb) IS
+    'The JSON value esrc.encrypt(subject, field, ...) encrypted; NULL if the subject was forgotten; a value that is not an encrypted value (no JSON string starting with "esrc:") unchanged.';
+
+CREATE FUNCTION esrc.forget_subject(subject text, reason text) RETURNS boolean
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_forget_subject';
+COMMENT ON FUNCTION esrc.forget_subject(text, text) IS
+    'Destroy the key of a subject (every value encrypted for it becomes unreadable; esrc.decrypt returns NULL), record it in esrc.erasures; true if a key was destroyed, false if it was gone already.';
+
+REVOKE ALL ON FUNCTION esrc.encrypt(text, text, jsonb),
+                       esrc.decrypt(text, text, jsonb),
+                       esrc.forget_subject(text, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.encrypt(text, text, jsonb) TO esrc_writer;
+GRANT EXECUTE ON FUNCTION esrc.decrypt(text, text, jsonb) TO esrc_reader;
+GRANT EXECUTE ON FUNCTION esrc.forget_subject(text, text) TO esrc_admin;

@@ -13,6 +13,8 @@
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
  * esrc.delete_stream()) and the cache the read paths apply them from.
+ * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
+ * esrc.decrypt, esrc.forget_subject).
  *
  *-------------------------------------------------------------------------
  */
@@ -293,7 +295,11 @@ extern bool esrc_stream_erased(const char *stream, Snapshot snap,
 							   TimestampTz *first_at);
 extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
 
-/* lifecycle.c: SQL as a table's owner; a record in esrc.erasures */
+/*
+ * lifecycle.c, shared with rules.c and crypto.c: run one SQL statement (SPI
+ * connected) as owner, security-restricted, search_path pinned; record a
+ * call in esrc.erasures; check the required reason of a life-cycle call.
+ */
 extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
 							  Oid *argtypes, Datum *values, const char *nulls,
 							  int expected_rc);
@@ -301,6 +307,7 @@ extern void esrc_record_erasure(const char *what, const char *stream,
 								int64 events, const char *reason,
 								Jsonb *rules, Oid session_user,
 								Oid current_user);
+extern char *esrc_check_reason(text *reason, const char *what);
 
 /*
  * rules.c: the stream rules (esrc.stream_rules), as the read paths apply

@@ -487,6 +487,21 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 }
 
 /*
+ * The reason of a life-cycle call (NULL if the argument was NULL): required,
+ * since it is recorded in esrc.erasures.  what completes "Say why the ...".
+ */
+char *
+esrc_check_reason(text *reason, const char *what)
+{
+	if (reason == NULL || VARSIZE_ANY_EXHDR(reason) == 0)
+		ereport(ERROR,
+				(errcode(reason == NULL ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reason must not be %s", reason == NULL ? "null" : "empty"),
+				 errhint("Say why the %s; it is recorded in esrc.erasures.", what)));
+	return text_to_cstring(reason);
+}
+
+/*
  * esrc.erase_stream(stream, reason) -> bigint: the number of events
  * redacted.  See the header comment; docs/lifecycle.md is the reference.
  * A stream with no events is an error (42704); a stream whose events are
@@ -519,12 +534,8 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("esrc.erase_stream()");
 	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 							 "stream name", ESRC_MAX_STREAM_NAME);
-	if (PG_ARGISNULL(1) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
-		ereport(ERROR,
-				(errcode(PG_ARGISNULL(1) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("reason must not be %s", PG_ARGISNULL(1) ? "null" : "empty"),
-				 errhint("Say why the stream is erased; it is recorded in esrc.erasures.")));
-	reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	reason = esrc_check_reason(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
+							   "stream is erased");
 	category = esrc_stream_category(stream);
 	stream_datum = CStringGetTextDatum(stream);
 	marker = erased_marker();
@@ -627,7 +638,8 @@ esrc_is_redacted(Datum data, bool datanull, bool metanull)
 }
 
 /*
- * Has esrc.erase_stream() erased stream, as snap sees esrc.erasures?  If
+ * Has esrc.erase_stream() erased stream, as snap sees esrc.erasures (rows
+ * of esrc.forget_subject, whose stream column is a subject, do not count)?  If
  * so and first_at is not NULL, *first_at is the time of its first erasure.
  * One probe of the index erasures_stream_idx, read directly, as a catalog
  * is read: no privilege on esrc.erasures is needed (load and append

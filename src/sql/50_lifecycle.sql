@@ -43,7 +43,8 @@ $roles$;
 GRANT USAGE ON SCHEMA esrc TO esrc_admin;
 
 ------------------------------------------------------------------------
--- The audit of erasures.  Written only by esrc.erase_stream (as the
+-- The audit of erasures.  Written only by esrc.erase_stream and
+-- esrc.forget_subject (52_crypto.sql) (as the
 -- table's owner); append-only for everyone, superusers included, by
 -- ENABLE ALWAYS triggers; readable by esrc_admin.
 ------------------------------------------------------------------------
@@ -60,16 +61,17 @@ CREATE TABLE esrc.erasures (
     reason            text        NOT NULL CHECK (reason <> ''),
     rules             jsonb,
     CONSTRAINT erasures_pkey PRIMARY KEY (id),
-    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream'))
+    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream', 'forget_subject'))
 );
 ALTER SEQUENCE esrc.erasure_id_seq OWNED BY esrc.erasures.id;
 -- Is this stream erased?  (a lookup by stream, docs/lifecycle.md)
 CREATE INDEX erasures_stream_idx ON esrc.erasures (stream);
 COMMENT ON TABLE esrc.erasures IS
-    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream), recorded in its transaction, with who and why.  Append-only.';
-COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules or delete_stream.';
-COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0.';
-COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); erase_stream: null.';
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream, esrc.forget_subject), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules, delete_stream or forget_subject.';
+COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, deleted or given rules, or the subject forgotten.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0; forget_subject: keys destroyed (1, or 0: forgotten already).';
+COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); erase_stream and forget_subject: null.';
 COMMENT ON COLUMN esrc.erasures.session_user_name IS 'session_user of the call.';
 COMMENT ON COLUMN esrc.erasures.current_user_name IS 'current_user of the call.';
 COMMENT ON COLUMN esrc.erasures.erased_at IS 'Start of the erasing transaction.';
