@@ -535,17 +535,6 @@ typedef struct RuleValues
 	bool		hard_deleted;
 } RuleValues;
 
-static char *
-reason_arg(FunctionCallInfo fcinfo, int argno, const char *hint)
-{
-	if (PG_ARGISNULL(argno) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(argno)) == 0)
-		ereport(ERROR,
-				(errcode(PG_ARGISNULL(argno) ? ERRCODE_NULL_VALUE_NOT_ALLOWED : ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("reason must not be %s", PG_ARGISNULL(argno) ? "null" : "empty"),
-				 errhint("%s", hint)));
-	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
-}
-
 /*
  * Take the stream lock (as an append does) and return the stream's last
  * version under a new snapshot, which sees what committed before the lock
@@ -719,7 +708,7 @@ esrc_set_stream_rules(PG_FUNCTION_ARGS)
 																   IntervalPGetDatum(&rv.max_age)))),
 					 errhint("Use null for no such rule.")));
 	}
-	reason = reason_arg(fcinfo, 4, "Say why the rules change; the reason is recorded in esrc.erasures.");
+	reason = esrc_check_reason(PG_ARGISNULL(4) ? NULL : PG_GETARG_TEXT_PP(4), "rules change");
 
 	(void) lock_stream_head(stream);
 	current_rules(stream, &old);
@@ -761,7 +750,7 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("esrc.delete_stream()");
 	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 							 "stream name", ESRC_MAX_STREAM_NAME);
-	reason = reason_arg(fcinfo, 1, "Say why the stream is deleted; the reason is recorded in esrc.erasures.");
+	reason = esrc_check_reason(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), "stream is deleted");
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
