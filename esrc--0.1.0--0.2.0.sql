@@ -4,39 +4,49 @@
 -- Subscriptions (src/sql/30_subscription.sql)
 
 ------------------------------------------------------------------------
--- The role that may create subscriptions.  Adopted if it exists, on the
--- terms of esrc_reader and esrc_writer (00_core.sql).
+-- The roles that 0.2.0 adds: esrc_subscriber (subscriptions) and
+-- esrc_admin (the log's life cycle).  Adopted if they exist, on the terms
+-- of 00_core.sql, which creates all four esrc roles in a fresh install.
 ------------------------------------------------------------------------
 DO $roles$
 DECLARE
-    extra text[];
+    r record;
 BEGIN
-    SELECT pg_catalog.array_remove(ARRAY[
-               CASE WHEN a.rolsuper THEN 'SUPERUSER' END,
-               CASE WHEN a.rolcreatedb THEN 'CREATEDB' END,
-               CASE WHEN a.rolcreaterole THEN 'CREATEROLE' END,
-               CASE WHEN a.rolreplication THEN 'REPLICATION' END,
-               CASE WHEN a.rolbypassrls THEN 'BYPASSRLS' END,
-               CASE WHEN a.rolcanlogin THEN 'LOGIN' END], NULL)
-           OPERATOR(pg_catalog.||)
-           ARRAY(SELECT 'membership in role ' OPERATOR(pg_catalog.||)
-                        pg_catalog.quote_ident(g.rolname)
-                 FROM pg_catalog.pg_auth_members m
-                 JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.roleid
-                 WHERE m.member OPERATOR(pg_catalog.=) a.oid
-                 ORDER BY g.rolname)
-      INTO extra
-      FROM pg_catalog.pg_roles a
-     WHERE a.rolname OPERATOR(pg_catalog.=) 'esrc_subscriber';
-    IF NOT FOUND THEN
-        CREATE ROLE esrc_subscriber NOLOGIN;
-    ELSIF pg_catalog.cardinality(extra) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE EXCEPTION 'role "%" already exists with rights esrc does not give it', 'esrc_subscriber'
-            USING ERRCODE = 'duplicate_object',
-                  DETAIL = pg_catalog.format('It has %s; every role granted %s would gain them.',
-                                             pg_catalog.array_to_string(extra, ', '), 'esrc_subscriber'),
-                  HINT = 'Remove them (ALTER ROLE esrc_subscriber NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOLOGIN, REVOKE ... FROM esrc_subscriber) or drop the role, then create the extension again.';
-    END IF;
+    FOR r IN
+        SELECT a.rolname,
+               pg_catalog.array_remove(ARRAY[
+                   CASE WHEN a.rolsuper THEN 'SUPERUSER' END,
+                   CASE WHEN a.rolcreatedb THEN 'CREATEDB' END,
+                   CASE WHEN a.rolcreaterole THEN 'CREATEROLE' END,
+                   CASE WHEN a.rolreplication THEN 'REPLICATION' END,
+                   CASE WHEN a.rolbypassrls THEN 'BYPASSRLS' END,
+                   CASE WHEN a.rolcanlogin THEN 'LOGIN' END], NULL)
+               OPERATOR(pg_catalog.||)
+               ARRAY(SELECT 'membership in role ' OPERATOR(pg_catalog.||)
+                            pg_catalog.quote_ident(g.rolname)
+                     FROM pg_catalog.pg_auth_members m
+                     JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.roleid
+                     WHERE m.member OPERATOR(pg_catalog.=) a.oid
+                     ORDER BY g.rolname) AS extra
+        FROM pg_catalog.pg_roles a
+        WHERE a.rolname IN ('esrc_subscriber', 'esrc_admin')
+        ORDER BY a.rolname
+    LOOP
+        IF pg_catalog.cardinality(r.extra) OPERATOR(pg_catalog.>) 0 THEN
+            RAISE EXCEPTION 'role "%" already exists with rights esrc does not give it', r.rolname
+                USING ERRCODE = 'duplicate_object',
+                      DETAIL = pg_catalog.format('It has %s; every role granted %s would gain them.',
+                                                 pg_catalog.array_to_string(r.extra, ', '), r.rolname),
+                      HINT = pg_catalog.format('Remove them (ALTER ROLE %1$s NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOLOGIN, REVOKE ... FROM %1$s) or drop the role, then create the extension again.',
+                                               r.rolname);
+        END IF;
+    END LOOP;
+    FOR r IN SELECT n FROM pg_catalog.unnest(ARRAY['esrc_subscriber', 'esrc_admin']) n
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) r.n) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.n);
+        END IF;
+    END LOOP;
 END
 $roles$;
 
@@ -416,42 +426,8 @@ GRANT SELECT ON esrc.projection_status TO esrc_reader;
 -- docs/lifecycle.md).
 
 ------------------------------------------------------------------------
--- The role that may run the life-cycle functions.  Adopted if it exists,
--- on the terms of esrc_reader and esrc_writer (00_core.sql).  Not granted
--- to esrc_writer or anyone else: grant it to the few who may erase.
+-- The role esrc_admin was created (or adopted) at the top of this script.
 ------------------------------------------------------------------------
-DO $roles$
-DECLARE
-    extra text[];
-BEGIN
-    SELECT pg_catalog.array_remove(ARRAY[
-               CASE WHEN a.rolsuper THEN 'SUPERUSER' END,
-               CASE WHEN a.rolcreatedb THEN 'CREATEDB' END,
-               CASE WHEN a.rolcreaterole THEN 'CREATEROLE' END,
-               CASE WHEN a.rolreplication THEN 'REPLICATION' END,
-               CASE WHEN a.rolbypassrls THEN 'BYPASSRLS' END,
-               CASE WHEN a.rolcanlogin THEN 'LOGIN' END], NULL)
-           OPERATOR(pg_catalog.||)
-           ARRAY(SELECT 'membership in role ' OPERATOR(pg_catalog.||)
-                        pg_catalog.quote_ident(g.rolname)
-                 FROM pg_catalog.pg_auth_members m
-                 JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.roleid
-                 WHERE m.member OPERATOR(pg_catalog.=) a.oid
-                 ORDER BY g.rolname)
-      INTO extra
-      FROM pg_catalog.pg_roles a
-     WHERE a.rolname OPERATOR(pg_catalog.=) 'esrc_admin';
-    IF NOT FOUND THEN
-        CREATE ROLE esrc_admin NOLOGIN;
-    ELSIF pg_catalog.cardinality(extra) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE EXCEPTION 'role "%" already exists with rights esrc does not give it', 'esrc_admin'
-            USING ERRCODE = 'duplicate_object',
-                  DETAIL = pg_catalog.format('It has %s; every role granted %s would gain them.',
-                                             pg_catalog.array_to_string(extra, ', '), 'esrc_admin'),
-                  HINT = 'Remove them (ALTER ROLE esrc_admin NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOLOGIN, REVOKE ... FROM esrc_admin) or drop the role, then create the extension again.';
-    END IF;
-END
-$roles$;
 
 GRANT USAGE ON SCHEMA esrc TO esrc_admin;
 

@@ -4,8 +4,10 @@
 -- Roles
 --
 -- Roles are cluster-wide, so another database may have created them
--- already; DROP EXTENSION leaves them in place.  An existing esrc_reader or
--- esrc_writer is adopted only if it has no rights esrc would not have
+-- already; DROP EXTENSION leaves them in place.  esrc_reader, esrc_writer,
+-- esrc_subscriber (subscriptions, 30_subscription.sql) and esrc_admin (the
+-- log's life cycle, 50_lifecycle.sql) are created here, all four: an
+-- existing one is adopted only if it has no rights esrc would not have
 -- given it: no SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS or
 -- LOGIN, and no membership in another role (esrc_writer may be a member of
 -- esrc_reader).  Whoever is granted an esrc role would gain those rights
@@ -35,7 +37,7 @@ BEGIN
                                 AND g.rolname OPERATOR(pg_catalog.=) 'esrc_reader')
                      ORDER BY g.rolname) AS extra
         FROM pg_catalog.pg_roles a
-        WHERE a.rolname IN ('esrc_reader', 'esrc_writer')
+        WHERE a.rolname IN ('esrc_reader', 'esrc_writer', 'esrc_subscriber', 'esrc_admin')
         ORDER BY a.rolname
     LOOP
         IF pg_catalog.cardinality(r.extra) OPERATOR(pg_catalog.>) 0 THEN
@@ -47,12 +49,12 @@ BEGIN
                                                r.rolname);
         END IF;
     END LOOP;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'esrc_reader') THEN
-        CREATE ROLE esrc_reader NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'esrc_writer') THEN
-        CREATE ROLE esrc_writer NOLOGIN;
-    END IF;
+    FOR r IN SELECT n FROM pg_catalog.unnest(ARRAY['esrc_reader', 'esrc_writer', 'esrc_subscriber', 'esrc_admin']) n
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) r.n) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.n);
+        END IF;
+    END LOOP;
 END
 $roles$;
 GRANT esrc_reader TO esrc_writer;

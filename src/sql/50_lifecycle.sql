@@ -3,42 +3,10 @@
 -- docs/lifecycle.md).
 
 ------------------------------------------------------------------------
--- The role that may run the life-cycle functions.  Adopted if it exists,
--- on the terms of esrc_reader and esrc_writer (00_core.sql).  Not granted
--- to esrc_writer or anyone else: grant it to the few who may erase.
+-- The role that may run the life-cycle functions, esrc_admin, is created
+-- (or adopted) with the others in 00_core.sql.  Not granted to esrc_writer
+-- or anyone else: grant it to the few who may erase.
 ------------------------------------------------------------------------
-DO $roles$
-DECLARE
-    extra text[];
-BEGIN
-    SELECT pg_catalog.array_remove(ARRAY[
-               CASE WHEN a.rolsuper THEN 'SUPERUSER' END,
-               CASE WHEN a.rolcreatedb THEN 'CREATEDB' END,
-               CASE WHEN a.rolcreaterole THEN 'CREATEROLE' END,
-               CASE WHEN a.rolreplication THEN 'REPLICATION' END,
-               CASE WHEN a.rolbypassrls THEN 'BYPASSRLS' END,
-               CASE WHEN a.rolcanlogin THEN 'LOGIN' END], NULL)
-           OPERATOR(pg_catalog.||)
-           ARRAY(SELECT 'membership in role ' OPERATOR(pg_catalog.||)
-                        pg_catalog.quote_ident(g.rolname)
-                 FROM pg_catalog.pg_auth_members m
-                 JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) m.roleid
-                 WHERE m.member OPERATOR(pg_catalog.=) a.oid
-                 ORDER BY g.rolname)
-      INTO extra
-      FROM pg_catalog.pg_roles a
-     WHERE a.rolname OPERATOR(pg_catalog.=) 'esrc_admin';
-    IF NOT FOUND THEN
-        CREATE ROLE esrc_admin NOLOGIN;
-    ELSIF pg_catalog.cardinality(extra) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE EXCEPTION 'role "%" already exists with rights esrc does not give it', 'esrc_admin'
-            USING ERRCODE = 'duplicate_object',
-                  DETAIL = pg_catalog.format('It has %s; every role granted %s would gain them.',
-                                             pg_catalog.array_to_string(extra, ', '), 'esrc_admin'),
-                  HINT = 'Remove them (ALTER ROLE esrc_admin NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOLOGIN, REVOKE ... FROM esrc_admin) or drop the role, then create the extension again.';
-    END IF;
-END
-$roles$;
 
 GRANT USAGE ON SCHEMA esrc TO esrc_admin;
 
