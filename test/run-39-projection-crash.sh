@@ -107,6 +107,14 @@ crash() {   # crash 1|2|3
     sleep 0.5
     read -r pid xid < <(wait_mid_batch) || true
     [ -n "${xid:-}" ] || die "round $1: no worker was caught in the middle of a batch"
+    # The worker commits with synchronous_commit off and this batch has not
+    # committed, so its WAL may still be only in memory: a crash would then
+    # lose every trace of the xid, recovery would hand it out again, and
+    # pg_xact_status below would ask about another transaction (or raise
+    # "transaction ID ... is in the future", seen once on 17).  A commit
+    # with synchronous_commit on flushes all WAL written before it,
+    # including the batch's writes, so after recovery the xid is known.
+    q -c "SET synchronous_commit = on; SELECT pg_current_xact_id()" >/dev/null
     case $1 in
         1)
             log "round 1: kill -9 of projection worker $pid (transaction $xid mid-batch)"
