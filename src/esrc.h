@@ -285,6 +285,8 @@ extern bool esrc_is_redacted(Datum data, bool datanull, bool metanull);
 extern bool esrc_stream_erased(const char *stream, Snapshot snap,
 							   TimestampTz *first_at);
 extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
+extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
+							  Datum *values, int expected_rc);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

@@ -175,11 +175,11 @@ esrc_erasure_permits(TriggerData *trigdata)
 /*
  * Run one statement (inside an SPI connection) as owner, in a
  * security-restricted operation with search_path pinned; every setting it
- * makes is undone after it.  On error the user is restored here and the
+ * makes is undone after it.  Also used by scrub.c for its progress table.  On error the user is restored here and the
  * settings by the (sub)transaction abort.
  */
-static void
-run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
+void
+esrc_run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
 			 Datum *values, int expected_rc)
 {
 	Oid			save_userid;
@@ -231,7 +231,7 @@ category_snapshots(const char *category, Oid **relids)
 	int			i;
 
 	values[0] = CStringGetTextDatum(category);
-	run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
+	esrc_run_as_owner(esrc_relation_owner(esrc_relation_oid("snapshots")), sql, 1,
 				 argtypes, values, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	*relids = palloc(sizeof(Oid) * Max(n, 1));
@@ -271,7 +271,7 @@ delete_snapshot_rows(int n, Oid *relids, const char *stream)
 		nspname = get_namespace_name(get_rel_namespace(relids[i]));
 		sql = psprintf("DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1",
 					   quote_qualified_identifier(nspname, relname));
-		run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
+		esrc_run_as_owner(esrc_relation_owner(relids[i]), sql, 1, argtypes, values,
 					 SPI_OK_DELETE);
 	}
 }
@@ -295,7 +295,7 @@ record_erasure(const char *what, const char *stream, int64 events,
 									CStringGetDatum(GetUserNameFromId(session_user, false)));
 	values[5] = DirectFunctionCall1(namein,
 									CStringGetDatum(GetUserNameFromId(current_user, false)));
-	run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
+	esrc_run_as_owner(esrc_relation_owner(esrc_relation_oid("erasures")), sql, 6,
 				 argtypes, values, SPI_OK_INSERT);
 }
 
