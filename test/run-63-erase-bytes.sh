@@ -155,7 +155,7 @@ EOF
 (
     n=0
     while :; do
-        q -c "SET ROLE scrubber" -c "SELECT sum(pages_scrubbed) FROM esrc.scrub(50, $([ $n = 0 ] && echo true || echo false))" >/dev/null
+        q -c "SET ROLE scrubber" -c "SELECT sum(pages_scrubbed) FROM esrc.scrub(50, $([ $n = 0 ] && echo true || echo false))" >>"$dir/scrub.pages"
         n=$((n + 1))
         echo "$n" >"$dir/scrub.calls"
     done
@@ -166,7 +166,9 @@ scrub_pid=$!
 kill "$scrub_pid"; wait "$scrub_pid" 2>/dev/null || true; scrub_pid=
 acked=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$dir/pgbench.out")
 failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$dir/pgbench.out")
-log "  under load: $acked appends acknowledged (${failed:-0} failed), $(cat "$dir/scrub.calls") scrub calls"
+zeroed=$(awk '{s += $1} END {print s + 0}' "$dir/scrub.pages")
+log "  under load: $acked appends acknowledged (${failed:-0} failed), $(cat "$dir/scrub.calls") scrub calls, $zeroed pages zeroed"
+[ "$zeroed" -gt 0 ] || die "the scrub zeroed no page under load: the dirt was not there"
 [ "${failed:-0}" = 0 ] || die "appends failed during the scrub"
 check=$(q -c "SELECT coalesce(sum(n), 0) = $acked, bool_and(ok)
               FROM (SELECT count(*) AS n,
