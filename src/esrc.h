@@ -296,7 +296,7 @@ extern bool esrc_stream_erased(const char *stream, Snapshot snap,
 extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
 
 /*
- * lifecycle.c, shared with rules.c and crypto.c: run one SQL statement (SPI
+ * lifecycle.c, shared with rules.c, crypto.c and scrub.c: run one SQL statement (SPI
  * connected) as owner, security-restricted, search_path pinned; record a
  * call in esrc.erasures; check the required reason of a life-cycle call.
  */

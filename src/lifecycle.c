@@ -175,7 +175,7 @@ esrc_erasure_permits(TriggerData *trigdata)
 /*
  * Run one statement (inside an SPI connection) as owner, in a
  * security-restricted operation with search_path pinned (nulls as for
- * SPI_execute_with_args; rules.c uses it too); every setting it
+ * SPI_execute_with_args; rules.c, crypto.c and scrub.c use it too); every setting it
  * makes is undone after it.  On error the user is restored here and the
  * settings by the (sub)transaction abort.
  */

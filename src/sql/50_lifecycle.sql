@@ -147,3 +147,36 @@ REVOKE ALL ON FUNCTION esrc.stream_rules_changed(),
 GRANT EXECUTE ON FUNCTION esrc.set_stream_rules(text, bigint, bigint, interval, text),
                           esrc.delete_stream(text, text, boolean)
     TO esrc_admin;
+
+-- Scrubbing the bytes of erased events: esrc.scrub zeroes the free space
+-- of the pages of esrc.events and of its TOAST table, where VACUUM leaves
+-- the bytes of the row versions it removed (src/scrub.c,
+-- docs/lifecycle.md).  Resumable: the position of the current pass is
+-- kept in esrc.scrub_progress, written by esrc.scrub alone (as the
+-- table's owner); EXECUTE (esrc_admin) is the check.
+------------------------------------------------------------------------
+CREATE TABLE esrc.scrub_progress (
+    relation        text        NOT NULL,
+    next_block      bigint      NOT NULL CHECK (next_block >= 0),
+    end_block       bigint      NOT NULL CHECK (end_block >= 0),
+    pass_started_at timestamptz NOT NULL,
+    CONSTRAINT scrub_progress_pkey PRIMARY KEY (relation),
+    CONSTRAINT scrub_progress_relation_check CHECK (relation IN ('events', 'toast'))
+);
+COMMENT ON TABLE esrc.scrub_progress IS
+    'The position of esrc.scrub''s current pass: one row for esrc.events, one for its TOAST table.  Written by esrc.scrub only.';
+COMMENT ON COLUMN esrc.scrub_progress.next_block IS 'The first block the pass has not scanned yet.';
+COMMENT ON COLUMN esrc.scrub_progress.end_block IS 'The relation''s size in blocks when the pass started; the pass ends there.';
+COMMENT ON COLUMN esrc.scrub_progress.pass_started_at IS 'Start of the transaction that started the pass; only a pass started after the VACUUM that removed the erased row versions scrubs them.';
+REVOKE ALL ON esrc.scrub_progress FROM PUBLIC;
+GRANT SELECT ON esrc.scrub_progress TO esrc_admin;
+
+CREATE FUNCTION esrc.scrub(max_pages integer DEFAULT 10000, restart boolean DEFAULT false)
+    RETURNS TABLE (relation regclass, pages_scanned bigint, pages_scrubbed bigint,
+                   bytes_zeroed bigint, pass_started_at timestamptz, done boolean)
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_scrub';
+COMMENT ON FUNCTION esrc.scrub(integer, boolean) IS
+    'Zero the free space of at most max_pages pages of esrc.events and its TOAST table (the bytes of row versions VACUUM removed), WAL-logged, one page at a time; resumes the current pass (or starts one: restart, or none in progress); one row per relation, done when the pass reached its end.';
+REVOKE ALL ON FUNCTION esrc.scrub(integer, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.scrub(integer, boolean) TO esrc_admin;
