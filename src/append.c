@@ -545,6 +545,22 @@ begin_equal_scan(EventLog *log, Relation idx, Datum value, Snapshot snap)
 }
 
 /*
+ * The 40001 of a transaction whose snapshot (REPEATABLE READ and above)
+ * predates an append to the stream it is about to write: appending on top
+ * of an event it cannot see would be a lost update, so fail as PostgreSQL
+ * does.  Also raised by esrc.erase_stream (lifecycle.c).
+ */
+void
+esrc_concurrent_append_error(const char *stream)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
+					stream),
+			 errhint("Retry the transaction.")));
+}
+
+/*
  * The head version of a stream as snap sees it, -1 if it has no events:
  * the last entry of the stream in the (stream, version) index.  *redacted:
  * is that event redacted by esrc.erase_stream (a cheap test of the row
@@ -822,11 +838,7 @@ append_events(char *stream, int nevents, EventInput *events,
 			esrc_check_not_erased(stream, latest, true);
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
-							stream),
-					 errhint("Retry the transaction.")));
+			esrc_concurrent_append_error(stream);
 	}
 	else if (redacted)
 		esrc_check_not_erased(stream, snap, true);

@@ -327,6 +327,9 @@ extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);
 extern Oid	esrc_relation_owner(Oid relid);
 
+/* append.c: the 40001 of an append (or erase) over an event its snapshot misses */
+extern esrc_noreturn void esrc_concurrent_append_error(const char *stream);
+
 /* esrc.c: the body of the append-only triggers of esrc's records */
 extern esrc_noreturn void esrc_refuse_change(FunctionCallInfo fcinfo, const char *fname,
 											 const char *table, const char *record,

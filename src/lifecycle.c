@@ -585,11 +585,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access due to concurrent append to stream \"%s\"",
-							stream),
-					 errhint("Retry the transaction.")));
+			esrc_concurrent_append_error(stream);
 	}
 
 	redact_rows(rel, estate, rri, todo, ntodo, marker, snap);
