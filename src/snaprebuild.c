@@ -134,9 +134,13 @@ category_horizon(Rebuild *rb)
 	return esrc_safe_position_for(rb->seq, &rb->hash, 1);
 }
 
-/* Run SQL on the new heap as the table's owner, security-restricted. */
+/*
+ * Run a statement prepared on the new heap as the table's owner,
+ * security-restricted (the caller, inside snap_with_fold, has search_path
+ * pinned).
+ */
 static int
-run_as_owner(Rebuild *rb, NewHeapPlan which, const char *sql, Datum *args)
+run_plan_as_owner(Rebuild *rb, NewHeapPlan which, Datum *args)
 {
 	Oid			save_userid;
 	int			save_sec_context;
@@ -145,10 +149,7 @@ run_as_owner(Rebuild *rb, NewHeapPlan which, const char *sql, Datum *args)
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(rb->def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	if (sql != NULL)
-		rc = SPI_execute(sql, false, 0);
-	else
-		rc = SPI_execute_plan(rb->plans[which], args, NULL, false, which == NEWHEAP_SELECT ? 1 : 0);
+	rc = SPI_execute_plan(rb->plans[which], args, NULL, false, which == NEWHEAP_SELECT ? 1 : 0);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return rc;
 }
@@ -228,9 +229,8 @@ prepare_new_heap(Rebuild *rb)
 	};
 	int			i;
 
-	if (run_as_owner(rb, 0, psprintf("CREATE UNIQUE INDEX ON %s (stream)", rb->heapname),
-					 NULL) != SPI_OK_UTILITY)
-		elog(ERROR, "could not index the new heap of snapshot \"%s\"", rb->def->relname);
+	esrc_run_as_owner(rb->def->owner, psprintf("CREATE UNIQUE INDEX ON %s (stream)", rb->heapname),
+					  0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	for (i = 0; i < NUM_NEWHEAP_PLANS; i++)
 	{
 		rb->plans[i] = SPI_prepare(psprintf(sql[i], rb->heapname), i == NEWHEAP_SELECT ? 1 : 4,
@@ -250,7 +250,7 @@ catch_up_event(Rebuild *rb, Fold *f, TupleTableSlot *slot)
 	int			rc;
 
 	args[0] = slot->tts_values[1];
-	rc = run_as_owner(rb, NEWHEAP_SELECT, NULL, args);
+	rc = run_plan_as_owner(rb, NEWHEAP_SELECT, args);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "snapshot row lookup failed: %s", SPI_result_code_string(rc));
 	found = SPI_processed > 0;
@@ -290,7 +290,7 @@ catch_up_event(Rebuild *rb, Fold *f, TupleTableSlot *slot)
 	args[1] = Int64GetDatum(f->next_version - 1);
 	args[2] = f->state;
 	args[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-	rc = run_as_owner(rb, found ? NEWHEAP_UPDATE : NEWHEAP_INSERT, NULL, args);
+	rc = run_plan_as_owner(rb, found ? NEWHEAP_UPDATE : NEWHEAP_INSERT, args);
 	if (rc != (found ? SPI_OK_UPDATE : SPI_OK_INSERT))
 		elog(ERROR, "snapshot row write failed: %s", SPI_result_code_string(rc));
 	pfree(stream);
