@@ -29,6 +29,10 @@ passed=0
 failed=0
 failures=()
 start=$SECONDS
+# each driver's output is kept too, so that the end of the run can show
+# the end of every failed one again: a CI log shows only its last lines
+logs=$(mktemp -d)
+digest=()
 for t in "$ESRC_ROOT"/test/run-*.sh; do
     name=$(basename "$t" .sh)
     if [ -n "${ESRC_ONLY:-}" ] && [[ "$name" != *"$ESRC_ONLY"* ]]; then
@@ -39,12 +43,13 @@ for t in "$ESRC_ROOT"/test/run-*.sh; do
     fi
     log "=== pg$ESRC_PG $name"
     t0=$SECONDS
-    if bash "$t"; then
+    if bash "$t" > >(tee "$logs/$name" >&2) 2>&1; then
         passed=$((passed + 1))
         log "=== pg$ESRC_PG $name: ok ($((SECONDS - t0)) s)"
     else
         failed=$((failed + 1))
         failures+=("pg$ESRC_PG/$name")
+        digest+=("$logs/$name")
         log "=== pg$ESRC_PG $name: FAILED ($((SECONDS - t0)) s)"
     fi
 done
@@ -56,20 +61,37 @@ for major in $matrix; do
     res=$(mktemp)
     bash "$ESRC_ROOT/test/matrix/run.sh" "$major" $matrix_tests | tee "$res" >&2 || true
     out=$(tail -1 "$res")
-    rm -f "$res"
     if [[ "$out" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         passed=$((passed + BASH_REMATCH[1]))
         failed=$((failed + BASH_REMATCH[2]))
-        [ "${BASH_REMATCH[2]}" = 0 ] || failures+=("pg$major (see above)")
+        if [ "${BASH_REMATCH[2]}" != 0 ]; then
+            # the inner run's digest names its failed drivers; it is shown
+            # again at the end of this run
+            sed -n '/^--- failed: /,/^--- end of failures/p' "$res" | grep -v '^--- end of failures' > "$logs/pg$major" || true
+            names=$(sed -n 's/^--- failed: \([^,]*\),.*/\1/p' "$logs/pg$major" | tr '\n' ' ')
+            failures+=("${names:-pg$major (see above)}")
+            digest+=("$logs/pg$major")
+        fi
     else
         # no result line: the root could not be had or the run broke off
         failed=$((failed + 1))
         failures+=("pg$major: no result")
     fi
+    rm -f "$res"
     log "=== pg$major: $((SECONDS - t0)) s"
 done
 
 log "suite took $((SECONDS - start)) s"
+for f in "${digest[@]}"; do
+    if [[ "$(basename "$f")" == run-* ]]; then
+        echo "--- failed: pg$ESRC_PG/$(basename "$f"), its last 60 lines:"
+        tail -n 60 "$f"
+    else
+        cat "$f" # already a digest, from another major's run
+    fi
+done
+[ ${#digest[@]} -eq 0 ] || echo "--- end of failures"
+rm -rf "$logs"
 [ $failed -eq 0 ] || log "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
