@@ -97,8 +97,9 @@ esrc_shmem_size(void)
 static Size
 esrc_shmem_extra_size(void)
 {
-	return add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
-					esrc_projection_shmem_size());
+	return add_size(add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
+							 esrc_projection_shmem_size()),
+					esrc_mark_shmem_size());
 }
 
 static void
@@ -130,6 +131,7 @@ esrc_shmem_startup(void)
 	esrc_wait_shmem_init();
 	esrc_lease_shmem_init();
 	esrc_projection_shmem_init();
+	esrc_mark_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

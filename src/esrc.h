@@ -12,7 +12,9 @@
  * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
- * esrc.delete_stream()) and the cache the read paths apply them from.
+ * esrc.delete_stream()) and the cache the read paths apply them from;
+ * rulebound.c owns the append marks that let reads reuse the first visible
+ * version of a stream with rules.
  * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
  * esrc.decrypt, esrc.forget_subject).
  *
@@ -321,6 +323,45 @@ extern int64 esrc_rules_first_visible(EsrcRuleFilter *f, text *stream);
 extern bool esrc_rules_visible(EsrcRuleFilter *f, struct TupleTableSlot *slot);
 extern void esrc_rules_end(EsrcRuleFilter *f);
 extern void esrc_rules_check_append(const char *stream);
+
+/*
+ * A read that takes a new snapshot may reuse the bounds of earlier reads
+ * (rulebound.c): esrc_rules_prepare before the snapshot, then
+ * esrc_rules_begin_fresh with it.
+ */
+typedef struct EsrcRulesToken
+{
+	uint64		generation;		/* of the rules cache, before the snapshot */
+	uint64		clock;			/* esrc_mark_clock(), before the snapshot */
+	bool		ok;				/* rules exist, and marks may be used */
+} EsrcRulesToken;
+extern void esrc_rules_prepare(EsrcRulesToken *tok);
+extern EsrcRuleFilter *esrc_rules_begin_fresh(Snapshot snap, const EsrcRulesToken *tok);
+
+/* rulebound.c: append marks of the streams with rules */
+extern Size esrc_mark_shmem_size(void);
+extern void esrc_mark_shmem_init(void);
+extern void esrc_mark_append(uint32 hash);
+extern uint64 esrc_mark_clock(void);
+extern bool esrc_mark_quiet(uint32 hash, uint64 clock, uint64 *mark);
+
+/* rulebound.c: a stream's first visible version, kept between reads */
+typedef struct EsrcBound
+{
+	uint64		serial;			/* the read that last used it; 0: none */
+	bool		clean;			/* computed while its slot was quiet */
+	uint64		mark;			/* the slot's started count then */
+	int64		first_visible;
+	TimestampTz cut_after;		/* holds while cut_after < the read's */
+	TimestampTz cut_until;		/* max_age cutoff <= cut_until */
+} EsrcBound;
+extern uint64 esrc_bound_serial(void);
+extern int64 esrc_bound_lookup(EsrcBound *e, uint32 hash, uint64 serial,
+							   uint64 clock, TimestampTz cutoff,
+							   uint64 *mark, bool *quiet);
+extern void esrc_bound_store(EsrcBound *e, uint64 serial, uint64 mark,
+							 bool quiet, int64 first_visible,
+							 TimestampTz cut_after, TimestampTz cut_until);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

@@ -102,6 +102,7 @@ typedef struct StreamRule
 	bool		has_max_age;
 	Interval	max_age;
 	bool		hard_deleted;
+	EsrcBound	bound;			/* max_count, max_age: rulebound.c */
 } StreamRule;
 
 /*
@@ -159,6 +160,12 @@ struct EsrcRuleFilter
 	EsrcLogScan *scan;			/* of (stream, version), for the bounds */
 	StreamRule *last_bound_rule;	/* the last rule bound_of() answered for */
 	int64		last_bound;
+	/* reads that may reuse bounds (esrc_rules_begin_fresh) */
+	uint64		serial;			/* esrc_bound_serial(); 0: they may not */
+	uint64		clock;			/* esrc_mark_clock() before the snapshot */
+	bool		cutoff_known;	/* for the last max_age computed: */
+	Interval	cutoff_age;
+	TimestampTz cutoff;
 };
 
 typedef struct RuleBound
@@ -366,26 +373,59 @@ esrc_rules_begin(Snapshot snap)
 }
 
 /*
+ * Before a read takes a new snapshot: bring the rules cache up to date and
+ * read the append marks' clock (rulebound.c).  Both must precede the
+ * snapshot: an append that did not mark its stream committed before the
+ * stream's rule did, so before the cache was loaded.
+ */
+void
+esrc_rules_prepare(EsrcRulesToken *tok)
+{
+	rules_refresh();
+	tok->generation = rules_cache.generation;
+	tok->ok = rules_cache.nrules > 0;
+	tok->clock = tok->ok ? esrc_mark_clock() : 0;
+}
+
+/*
+ * esrc_rules_begin for a read whose snapshot was taken after
+ * esrc_rules_prepare(tok): it may reuse the bounds of earlier reads, and
+ * keeps those it computes, unless the rules changed in between.
+ */
+EsrcRuleFilter *
+esrc_rules_begin_fresh(Snapshot snap, const EsrcRulesToken *tok)
+{
+	EsrcRuleFilter *f = esrc_rules_begin(snap);
+
+	if (f != NULL && tok->ok && tok->generation == f->generation)
+	{
+		f->serial = esrc_bound_serial();
+		f->clock = tok->clock;
+	}
+	return f;
+}
+
+/*
  * The first version of the stream that rule r leaves visible under the
  * filter's snapshot: the highest of its bounds (see the header comment).
  * Scans the stream backward from its head only for max_count and max_age,
  * down to the bound (for max_age, the visible events and one more).
  */
 static int64
-rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
+rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream,
+				   TimestampTz cutoff, TimestampTz *cut_after,
+				   TimestampTz *cut_until)
 {
 	int64		lo = Max(r->truncate_before, 0);
-	TimestampTz cutoff = 0;
 	EsrcLogScan *scan;
 	TupleTableSlot *slot;
 	bool		first = true;
 
+	/* the result holds for every cutoff in (cut_after, cut_until] */
+	*cut_after = DT_NOBEGIN;
+	*cut_until = DT_NOEND;
 	if (r->max_count < 0 && !r->has_max_age)
 		return lo;
-	if (r->has_max_age)
-		cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-														 TimestampTzGetDatum(f->now),
-														 IntervalPGetDatum(&r->max_age)));
 	/* one scan per read, restarted for each stream */
 	if (f->scan != NULL)
 		esrc_log_rescan_stream(f->scan, PointerGetDatum(stream), 0, PG_INT64_MAX);
@@ -399,6 +439,7 @@ rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
 	while ((slot = esrc_log_next(scan)) != NULL)
 	{
 		int64		v = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
+		TimestampTz ts;
 
 		if (first)
 		{
@@ -410,12 +451,58 @@ rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
 		}
 		if (v < lo)
 			break;
-		if (DatumGetTimestampTz(slot->tts_values[Anum_events_recorded_at - 1]) < cutoff)
+		ts = DatumGetTimestampTz(slot->tts_values[Anum_events_recorded_at - 1]);
+		if (ts < cutoff)
 		{
 			lo = v + 1;
+			*cut_after = ts;
 			break;
 		}
+		*cut_until = Min(*cut_until, ts);
 	}
+	return lo;
+}
+
+/* statement_timestamp() - max_age of rule r, for the read of f */
+static TimestampTz
+rule_cutoff(EsrcRuleFilter *f, StreamRule *r)
+{
+	if (!r->has_max_age)
+		return 0;
+	if (!f->cutoff_known || memcmp(&f->cutoff_age, &r->max_age, sizeof(Interval)) != 0)
+	{
+		f->cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+															TimestampTzGetDatum(f->now),
+															IntervalPGetDatum(&r->max_age)));
+		f->cutoff_age = r->max_age;
+		f->cutoff_known = true;
+	}
+	return f->cutoff;
+}
+
+/*
+ * bound_of for a read that may reuse bounds: the rule's EsrcBound, if
+ * rulebound.c says it holds for this read, else computed and kept there.
+ */
+static int64
+bound_cached(EsrcRuleFilter *f, StreamRule *r, text *stream)
+{
+	TimestampTz cutoff = rule_cutoff(f, r);
+	TimestampTz after;
+	TimestampTz until;
+	uint64		mark;
+	bool		quiet;
+	int64		lo;
+
+	lo = esrc_bound_lookup(&r->bound, r->hash, f->serial, f->clock, cutoff,
+						   &mark, &quiet);
+	if (lo < 0)
+	{
+		lo = rule_first_visible(f, r, stream, cutoff, &after, &until);
+		esrc_bound_store(&r->bound, f->serial, mark, quiet, lo, after, until);
+	}
+	f->last_bound_rule = r;
+	f->last_bound = lo;
 	return lo;
 }
 
@@ -430,6 +517,8 @@ bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
 		return Max(r->truncate_before, 0);
 	if (r == f->last_bound_rule)
 		return f->last_bound;
+	if (f->serial != 0)
+		return bound_cached(f, r, stream);
 	if (f->bounds == NULL)
 	{
 		HASHCTL		ctl;
@@ -442,7 +531,13 @@ bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
 	}
 	b = hash_search(f->bounds, &r, HASH_ENTER, &found);
 	if (!found)
-		b->first_visible = rule_first_visible(f, r, stream);
+	{
+		TimestampTz after;
+		TimestampTz until;
+
+		b->first_visible = rule_first_visible(f, r, stream, rule_cutoff(f, r),
+											  &after, &until);
+	}
 	f->last_bound_rule = r;
 	f->last_bound = b->first_visible;
 	return b->first_visible;
@@ -500,8 +595,10 @@ esrc_rules_end(EsrcRuleFilter *f)
 }
 
 /*
- * Refuse an append to a stream deleted permanently.  The caller holds the
- * stream lock and has made its earlier commands visible.
+ * Refuse an append to a stream deleted permanently, and mark an append to a
+ * stream whose max_count or max_age rule depends on its newest events
+ * (rulebound.c).  The caller holds the stream lock, has made its earlier
+ * commands visible, and has not inserted the events yet.
  */
 void
 esrc_rules_check_append(const char *stream)
@@ -509,10 +606,16 @@ esrc_rules_check_append(const char *stream)
 	StreamRule *r;
 
 	rules_refresh();
-	if (rules_cache.nhard == 0)
+	if (rules_cache.nrules == 0 ||
+		!maybe_has_rule(rules_cache.rules, stream, strlen(stream)))
 		return;
 	r = find_rule(rules_cache.rules, stream, strlen(stream));
-	if (r != NULL && r->hard_deleted)
+	if (r == NULL)
+		return;
+	/* readers that keep the stream's bound must compute it again */
+	if (r->max_count >= 0 || r->has_max_age)
+		esrc_mark_append(r->hash);
+	if (r->hard_deleted)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("stream \"%s\" is deleted permanently", stream),
