@@ -37,7 +37,9 @@
  *
  * The stream rules (rules.c) hide events: a stream read starts at the
  * stream's first visible version, a global read skips hidden events one by
- * one; neither counts them towards max_count.
+ * one; neither counts them towards max_count.  Reads that take a new
+ * snapshot (global reads, stream reads at READ COMMITTED) let rules.c
+ * reuse the stream bounds of earlier reads (rulebound.c).
  *
  * Talks to: order.c (the horizon), append.c (name checks), rules.c (the
  * stream rules), snapbuild.c and snapread.c (which replay through

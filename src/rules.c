@@ -41,10 +41,17 @@
  *	   invalidations before it releases its locks, so an append that waited
  *	   for a hard delete sees it;
  *	 - when no stream has rules, a read costs AcceptInvalidationMessages()
- *	   and one test, and an append the same.
+ *	   and one test, and an append the same;
+ *	 - a read that took its snapshot after esrc_rules_prepare() reuses the
+ *	   bound an earlier read computed for a stream with max_count or
+ *	   max_age (kept in the stream's StreamRule, so a reload drops it) when
+ *	   rulebound.c says the two reads see the same events of the stream;
+ *	   an append to such a stream marks it there (esrc_rules_check_append),
+ *	   under the stream lock.
  *
  * Talks to: read.c (the index scans of a stream), lifecycle.c (SQL as a
- * table's owner, the audit), append.c (the stream lock tag).
+ * table's owner, the audit), append.c (the stream lock tag), rulebound.c
+ * (append marks, the bounds kept between reads).
  *
  *-------------------------------------------------------------------------
  */
