@@ -212,6 +212,7 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	rec->stream = copy_text(slot->tts_values[1], &rec->stream_len);
 	rec->version = DatumGetInt64(slot->tts_values[2]);
 	rec->type = copy_text(slot->tts_values[3], NULL);
+	rec->tombstone = esrc_is_tombstone_type(rec->type, strlen(rec->type));
 	rec->skip = DatumGetBool(slot->tts_values[9]);
 	rec->data = "";
 	if (!rec->skip)
