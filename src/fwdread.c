@@ -14,6 +14,10 @@
  * before.  It does not return a batch before the WAL of its commits is
  * flushed.  An ERROR ends the worker; the postmaster starts it again.
  *
+ * A record whose event is a tombstone of the life cycle (esrc.erased,
+ * esrc.deleted; esrc.h) is marked so (EsrcKafkaRecord.tombstone), and
+ * kafka.c sends it with a null value.
+ *
  * Position mirror: in at_least_once mode esrc.forwarder_state.position is
  * the authority, written after delivery; in exactly_once mode the
  * authority is the Kafka offsets topic (kafkapos.c) and the table mirrors it

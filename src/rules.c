@@ -8,7 +8,9 @@
  *	 - esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
  *	   reason) and esrc.delete_stream(stream, reason, hard), which write
  *	   esrc.stream_rules (as its owner, through SPI) and record each call in
- *	   esrc.erasures (lifecycle.c);
+ *	   esrc.erasures (lifecycle.c); delete_stream first appends the stream's
+ *	   tombstone (esrc.deleted, append.c's esrc_append_system_event), the
+ *	   first version it leaves visible;
  *	 - the trigger esrc.stream_rules_changed(), which turns every change of
  *	   esrc.stream_rules into a relcache invalidation of the table, sent to
  *	   every backend when the change commits;

@@ -14,7 +14,8 @@
  * RowExclusiveLock on every snapshot table of the category, then reads
  * and writes the rows with a snapshot taken after those locks; every
  * snapshot is applied as its table's owner, security-restricted, in a GUC
- * nest level of its own (apply_to_all).
+ * nest level of its own (apply_to_all).  The tombstones of the life cycle
+ * (esrc.erased, esrc.deleted; esrc.h) never reach a reducer.
  *
  * Talks to: snapshot.c (the cache, locks, reducer calls, through
  * snapshotint.h), append.c (whose INSERT fires the trigger; the stream
