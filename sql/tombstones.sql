@@ -71,6 +71,13 @@ FROM esrc.events t JOIN esrc.events e ON e.stream = t.stream AND e.version < t.v
 WHERE t.stream IN ('tomb-2', 'tomb-3') AND t.type LIKE 'esrc.%' AND e.type NOT LIKE 'esrc.%'
   AND t.version < 4;
 
+-- a subscription delivers them like any event (a consumer learns of the
+-- deletion); one that filters by type can leave them out
+SELECT esrc.create_subscription('tomb_sub', categories => ARRAY['tomb'], start => 'beginning');
+SELECT stream, version, type FROM esrc.poll('tomb_sub', 'm', 1000)
+WHERE type LIKE 'esrc.%' ORDER BY position;
+SELECT esrc.drop_subscription('tomb_sub');
+
 -- rolled back: no tombstone
 BEGIN;
 SELECT esrc.delete_stream('tomb-1', 'rolled back');
