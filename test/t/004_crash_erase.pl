@@ -30,18 +30,19 @@ FROM generate_series(1, 20) i;
 SELECT esrc.create_snapshot('snap', 'acct', 'esrc.merge(jsonb, esrc.event)');
 SQL
 
-# the state of the victim: redacted events, original events, audit rows,
-# snapshot rows; "r|o|a|s"
+# the state of the victim's versions 0..$upto: redacted events, original
+# events; audit rows, snapshot rows; "r|o|a|s"
 sub victim_state
 {
-	my ($victim) = @_;
+	my ($victim, $upto) = @_;
+	$upto //= 9999;	# the versions the test wrote (not what esrc may add after an erase)
 	return $node->safe_psql('postgres', <<"SQL");
 SELECT count(*) FILTER (WHERE data = '{"erased": true}' AND metadata IS NULL) || '|' ||
        count(*) FILTER (WHERE data = jsonb_build_object('g', version, 'pad', md5(version::text))
                         AND metadata = jsonb_build_object('m', version)) || '|' ||
        (SELECT count(*) FROM esrc.erasures WHERE stream = '$victim') || '|' ||
        (SELECT count(*) FROM snap WHERE stream = '$victim')
-FROM esrc.events WHERE stream = '$victim'
+FROM esrc.events WHERE stream = '$victim' AND version <= $upto
 SQL
 }
 
@@ -143,7 +144,7 @@ SQL
 	is($node->safe_psql('postgres',
 			"SET ROLE eraser; SELECT esrc.erase_stream('$victim', 'after the crash')"),
 		'10001', "$what: erase_stream after recovery redacts all 10,001 events");
-	is(victim_state($victim), '10001|0|1|0', "$what: the victim is erased after recovery");
+	is(victim_state($victim, 10000), '10001|0|1|0', "$what: the victim is erased after recovery");
 	snapshot_equals_replay("$what, erased");
 	return;
 }

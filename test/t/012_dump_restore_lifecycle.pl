@@ -105,7 +105,7 @@ like($before->{load_erased}, qr/was erased/, 'before: load of the erased stream 
 like($before->{decrypt}, qr/customer-1="c1\@example.com" customer-2=NULL/,
 	'before: the forgotten subject is unreadable, the other one decrypts');
 unlike($before->{read_stream}, qr/^cart-2: \(/m, 'before: the hard-deleted stream reads as empty');
-like($before->{read_stream}, qr/^cart-1: \(\d+,cart-1,4,/m,
+like($before->{read_stream}, qr/^cart-1: (?!.*x1).*after delete/m,
 	'before: the soft-deleted stream shows only what was appended after the delete');
 
 my $custom = "$tmp/lc.dump";
