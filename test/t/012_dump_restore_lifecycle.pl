@@ -5,7 +5,8 @@
 # (forget_subject).
 #
 # The source is dumped in the custom format and restored with pg_restore
-# into a fresh cluster (after pg_dumpall --globals-only), and in the plain
+# into a fresh cluster (after pg_dumpall --globals-only; once more with
+# pg_restore -j 2 into another database there), and in the plain
 # format, restored with psql into a new database of the source cluster.  What the read
 # functions return (read_all, read_stream, read_stream_backward,
 # read_category, stream_version, load, snapshot_at, decrypt) is compared
@@ -121,6 +122,9 @@ $dst->psql('postgres', undef, on_error_stop => 0, extra_params => [ '-q', '-f', 
 $dst->safe_psql('postgres', 'CREATE DATABASE shop');
 command_ok([ 'pg_restore', '-d', $dst->connstr('shop'), '--exit-on-error', $custom ],
 	'pg_restore into a fresh cluster');
+$dst->safe_psql('postgres', 'CREATE DATABASE shop_j');
+command_ok([ 'pg_restore', '-d', $dst->connstr('shop_j'), '-j', '2', '--exit-on-error', $custom ],
+	'pg_restore -j 2 into another database');
 
 # the plain format into a new database of the source cluster, before the
 # source changes
@@ -180,7 +184,8 @@ sub acts
 	return;
 }
 
-for my $t ([ $dst, 'shop', 'pg_restore' ], [ $src, 'shop_plain', 'plain dump' ])
+for my $t ([ $dst, 'shop', 'pg_restore' ], [ $dst, 'shop_j', 'pg_restore -j 2' ],
+	[ $src, 'shop_plain', 'plain dump' ])
 {
 	my ($node, $db, $what) = @$t;
 	my $after = reads($node, $db);
