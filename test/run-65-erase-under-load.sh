@@ -5,8 +5,9 @@
 # acct-victim whose data is mostly large (3.2 kB of random hex: TOASTed,
 # not compressed); 8 pgbench writers appending to 40 streams of the same
 # category (each client to streams of its own, with the expected version,
-# data derived from stream and version); a reader that pages through
-# read_all with its own position from start to end.  The victim is erased
+# data derived from stream and version); two readers that page through
+# read_all and read_category('acct') with their own positions from start
+# to end.  The victim is erased
 # in the middle of the load.  Then:
 #   - the erased data is in neither the heap nor the TOAST files of
 #     esrc.events after VACUUM, esrc.scrub and CHECKPOINT (grep on the
@@ -16,7 +17,8 @@
 #   - every other event stored before the load is byte-identical to a copy
 #     taken then, and every event appended during the load is what the
 #     writers wrote, one for each acknowledged transaction;
-#   - the reader saw every event of the log once, in position order;
+#   - each reader saw every event of the log (of the category) once, in
+#     position order;
 #   - the forwarder delivered every event exactly once (read_committed
 #     consumer; records of other streams checked in full by
 #     test/forward/check.py); a null-valued record (an erasure tombstone)
@@ -36,9 +38,11 @@ secs=${ESRC_ERASE_LOAD_SECONDS:-12}
 victim=acct-victim
 dir=$(test_tmpdir erase-load)
 reader_pid=
+creader_pid=
 load_pid=
 cleanup() {
     [ -n "$reader_pid" ] && kill "$reader_pid" 2>/dev/null || true
+    [ -n "$creader_pid" ] && kill "$creader_pid" 2>/dev/null || true
     [ -n "$load_pid" ] && kill "$load_pid" 2>/dev/null || true
     fwd_stop_all
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
@@ -90,24 +94,28 @@ for m in "$EB" "$ES" "$EM" "$KB" "$KS"; do
     [ "$n" -gt 0 ] || die "marker $m not found before the erase: the grep cannot see it"
 done
 
-# ---- the reader: read_all from 0 with its own position, throughout ----
-reader() {
+# ---- the readers: read_all and read_category from 0, each with its own
+# position, throughout ----
+reader() {  # output-file read-function-sql-with-AFTER
     local after=0 out last
     while :; do
-        out=$(q -F ' ' -c "SELECT position, stream, version FROM esrc.read_all($after, 700)")
+        out=$(q -F ' ' -c "SELECT position, stream, version FROM ${2//AFTER/$after}")
         if [ -z "$out" ]; then
             [ -f "$dir/reader.stop" ] && break
             sleep 0.05
             continue
         fi
-        echo "$out" >>"$dir/reader.out"
+        echo "$out" >>"$1"
         last=$(echo "$out" | tail -1)
         after=${last%% *}
     done
 }
 : >"$dir/reader.out"
-reader &
+: >"$dir/creader.out"
+reader "$dir/reader.out" "esrc.read_all(AFTER, 700)" &
 reader_pid=$!
+reader "$dir/creader.out" "esrc.read_category('acct', AFTER, 500)" &
+creader_pid=$!
 
 # ---- the load ----
 cat >"$dir/writer.pgbench" <<'EOF'
@@ -144,7 +152,8 @@ expect "no append failed" test "${failed:-0}" = 0
 
 touch "$dir/reader.stop"
 wait "$reader_pid" || true
-reader_pid=
+wait "$creader_pid" || true
+reader_pid= creader_pid=
 
 # ---- the log ----
 # rows of the table $1 (a copy of the log, or the log) outside the victim
@@ -215,8 +224,12 @@ print(f"  reader: {len(seen)} rows read, {len(log)} in the log, strictly increas
 sys.exit(0 if order and seen == log else 1)
 EOF
 }
-expect "the reader saw every event once, in position order, with its stream and version" \
+q -F ' ' -c "SELECT position, stream, version FROM esrc.events WHERE category = 'acct' ORDER BY position" \
+    >"$dir/clog.out"
+expect "the read_all reader saw every event once, in position order, with its stream and version" \
     reader_check "$dir/reader.out" "$dir/log.out"
+expect "the read_category reader saw every event of the category once, in position order" \
+    reader_check "$dir/creader.out" "$dir/clog.out"
 sed '500p' "$dir/reader.out" >"$dir/reader.dup"
 sed '500d' "$dir/reader.out" >"$dir/reader.lost"
 expect "control: the reader check fails on a repeated event" eval "! reader_check '$dir/reader.dup' '$dir/log.out'"
