@@ -25,7 +25,9 @@
 #     is not counted as an event;
 #   - the snapshot table equals a fresh replay of the log (a second
 #     create_snapshot), and has no row for the victim;
-#   - esrc.erasures has the audit row.
+#   - esrc.erasures has the audit row;
+#   - events erased before the forwarder sent them (it is paused meanwhile)
+#     reach Kafka redacted, their marker nowhere in the topic.
 # Each check is also run on tampered input and must fail there.
 # ESRC_ERASE_LOAD_SECONDS (default 12): length of the pgbench load.
 set -euo pipefail
@@ -302,6 +304,31 @@ expect "esrc.erasures has the audit row" \
     test "$(q -c "SELECT count(*) FROM esrc.erasures WHERE what = 'erase_stream' AND stream = '$victim'
                   AND events = 10000 AND reason = 'run-65 $run' AND current_user_name = 'eraser'")" = 1
 
+# ---- events not forwarded before the erase go out redacted ----
+# the forwarder paused: 200 events with a marker, erased, then resumed
+LM=LATEMARK$run
+fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
+fwd_wait_state paused 60 || status=1
+q -c "SELECT esrc.append('acct-late', 'Noted', jsonb_build_object('note', '$LM', 'g', g),
+                         jsonb_build_object('ip', '$LM'))
+      FROM generate_series(1, 200) g ORDER BY g" >/dev/null
+q -c "SET ROLE eraser" -c "SELECT esrc.erase_stream('acct-late', 'run-65 late $run')" >/dev/null
+fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
+fwd_wait_forwarded 120 || status=1
+fwd_consume "$dir/records2.jsonl"
+late_records() {  # records-file: "<records with a value> <of them redacted, without metadata> <marker hits>"
+    echo "$(jq -s 'map(select(.key == "acct-late" and .value != null)) | length' "$1")" \
+         "$(jq -s 'map(select(.key == "acct-late" and .value != null
+                              and (.value | fromjson) == {"erased": true}
+                              and (.headers | has("ce_esrcmetadata") | not))) | length' "$1")" \
+         "$(grep -c -F -- "$LM" "$1" || true)"
+}
+expect "events forwarded after their erase go out redacted: 200 records, 200 redacted, the marker nowhere in Kafka" \
+    test "$(late_records "$dir/records2.jsonl")" = "200 200 0"
+sed "0,/\"key\":\"acct-late\"/s//\"key\":\"acct-late\",\"leak\":\"$LM\"/" "$dir/records2.jsonl" >"$dir/records2.bad"
+expect "control: the check fails when the marker is in a record" \
+    test "$(late_records "$dir/records2.bad")" != "200 200 0"
+
 # ---- the bytes ----
 # the copies of the victim (its snapshot row, the tampered log) are not
 # part of esrc.events; drop them anyway
@@ -328,7 +355,7 @@ while :; do
     [ "$calls" -lt 1000 ] || die "the scrub did not finish"
 done
 q -c "CHECKPOINT"
-for m in "$EB" "$ES" "$EM"; do
+for m in "$EB" "$ES" "$EM" "$LM"; do
     n=$(found "$m")
     expect "erased marker $m is in neither the heap nor the TOAST files ($n)" test "$n" = 0
 done
