@@ -70,6 +70,11 @@ SELECT string_agg(version::text, ',') FROM esrc.read_stream('bound-1');
 SELECT stream_probes(:p0) AS probes_of_two_repeatable_reads;
 SELECT bound_category(), stream_probes(:p0);
 COMMIT;
+-- esrc's own events move the window too: erase_stream appends the
+-- stream's tombstone (esrc.erased) at the next version, not by esrc.append
+SELECT string_agg(version::text, ',') FROM esrc.read_stream('bound-3');
+SELECT esrc.erase_stream('bound-3', 'test') AS erased;
+SELECT string_agg(version || ':' || type, ',') FROM esrc.read_stream('bound-3');
 DROP FUNCTION stream_probes(bigint);
 DROP FUNCTION stream_probes();
 DROP FUNCTION bound_category();

@@ -897,6 +897,8 @@ append_events(char *stream, int nevents, EventInput *events,
 			close_log(&log);
 			return head;
 		}
+		/* a tombstone moves max_count's window like any append (rulebound.c) */
+		esrc_rules_mark_append(stream);
 		insert_events(&log, seqoid, stream_text, category, category_str,
 					  head + 1, nevents, events, now);
 		PopActiveSnapshot();

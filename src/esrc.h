@@ -341,6 +341,7 @@ extern int64 esrc_rules_first_visible(EsrcRuleFilter *f, text *stream);
 extern bool esrc_rules_visible(EsrcRuleFilter *f, struct TupleTableSlot *slot);
 extern void esrc_rules_end(EsrcRuleFilter *f);
 extern void esrc_rules_check_append(const char *stream);
+extern void esrc_rules_mark_append(const char *stream);
 
 /*
  * A read that takes a new snapshot may reuse the bounds of earlier reads

@@ -609,22 +609,39 @@ esrc_rules_end(EsrcRuleFilter *f)
  * (rulebound.c).  The caller holds the stream lock, has made its earlier
  * commands visible, and has not inserted the events yet.
  */
-void
-esrc_rules_check_append(const char *stream)
+static StreamRule *
+mark_append(const char *stream)
 {
 	StreamRule *r;
 
 	rules_refresh();
 	if (rules_cache.nrules == 0 ||
 		!maybe_has_rule(rules_cache.rules, stream, strlen(stream)))
-		return;
+		return NULL;
 	r = find_rule(rules_cache.rules, stream, strlen(stream));
-	if (r == NULL)
-		return;
 	/* readers that keep the stream's bound must compute it again */
-	if (r->max_count >= 0 || r->has_max_age)
+	if (r != NULL && (r->max_count >= 0 || r->has_max_age))
 		esrc_mark_append(r->hash);
-	if (r->hard_deleted)
+	return r;
+}
+
+/*
+ * Only the marking of esrc_rules_check_append: for esrc's own events (the
+ * tombstones of erase_stream and delete_stream), which a hard delete does
+ * not refuse.  Same conditions.
+ */
+void
+esrc_rules_mark_append(const char *stream)
+{
+	(void) mark_append(stream);
+}
+
+void
+esrc_rules_check_append(const char *stream)
+{
+	StreamRule *r = mark_append(stream);
+
+	if (r != NULL && r->hard_deleted)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("stream \"%s\" is deleted permanently", stream),
