@@ -503,6 +503,7 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 			erase_window.open = false;
 		}
 		PG_END_TRY();
+		ResetPerTupleExprContext(estate);
 	}
 	AfterTriggerEndQuery(estate);
 	EvalPlanQualEnd(&epq);
@@ -548,12 +549,24 @@ esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo, int64 hi,
 					   r->marker, todo, ntodo, next_version);
 }
 
-/* Redact the rows collected (the stream lock held, snap as collected). */
+/*
+ * Redact the rows collected (the stream lock held, snap as collected).
+ * Runs in the executor state's memory, which lives until
+ * esrc_redactor_close(): the slots, the trigger functions' lookups and
+ * the like it creates are kept in lists of the state, so they must not go
+ * with a shorter context of the caller's (the scavenger resets one per
+ * stream).
+ */
 void
 esrc_redactor_redact(EsrcRedactor *r, ItemPointer todo, int64 ntodo, Snapshot snap)
 {
-	if (ntodo > 0)
-		redact_rows(r->rel, r->estate, r->rri, todo, ntodo, r->marker, snap);
+	MemoryContext old;
+
+	if (ntodo == 0)
+		return;
+	old = MemoryContextSwitchTo(r->estate->es_query_cxt);
+	redact_rows(r->rel, r->estate, r->rri, todo, ntodo, r->marker, snap);
+	MemoryContextSwitchTo(old);
 }
 
 /* Free the executor state; esrc.events stays locked to the end of the transaction. */

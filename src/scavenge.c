@@ -393,6 +393,7 @@ scavenge_slice(int64 max_events, bool skip_locked, const char *reason,
 	char	   *after = NULL;
 	int			nlocked = 0;
 	bool		stop = false;
+	MemoryContext outer = CurrentMemoryContext;
 
 	memset(res, 0, sizeof(ScavengeResult));
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -462,6 +463,9 @@ scavenge_slice(int64 max_events, bool skip_locked, const char *reason,
 															   CStringGetDatum(details))),
 							session_user, current_user);
 	}
+	/* the names were read in SPI's memory, which SPI_finish frees */
+	if (res->resume_after != NULL)
+		res->resume_after = MemoryContextStrdup(outer, res->resume_after);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 }
