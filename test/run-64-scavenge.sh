@@ -6,8 +6,12 @@
 # (max_count, truncate_before, soft deletes with appends after them,
 # max_age, and streams without rules).  First phase: esrc.scavenge(200)
 # called in a loop (as pg_cron would); second phase: the background worker
-# (esrc.scavenge_interval = 1s, esrc.scavenge_max_events = 300).  Then, once
-# appends stopped and the max_age events are old enough, a last pass.
+# (esrc.scavenge_interval = 1s, esrc.scavenge_max_events = 300,
+# esrc.projection_workers = 0), which also scavenges a second database with
+# esrc and leaves a third without it alone.  Then, once appends stopped and
+# the max_age events are old enough, a last pass.  Last, a slice that fails
+# (a BEFORE UPDATE trigger on esrc.events refuses the redaction) is logged
+# and retried by the same worker, which redacts once the trigger is gone.
 # Checks:
 #   - no read ever returned a redacted event (the rules are never loosened);
 #   - every visible event is exactly as written (the shadow copy, and a
@@ -102,14 +106,31 @@ log "esrc.scavenge(200) loop: $(latency sql); $calls calls redacted $by_sql even
 [ "$by_sql" -gt 0 ] || die "the scavenge calls redacted nothing"
 [ ! -s "$dir/calls.err" ] || { cat "$dir/calls.err"; die "a scavenge call failed"; }
 
-# phase 2: the worker, every second
-q -c "ALTER SYSTEM SET esrc.scavenge_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
+# phase 2: the worker, every second, with esrc.projection_workers = 0 (the
+# launcher still starts worker 1 of each database with esrc for it); a
+# second database with esrc and a deleted stream is scavenged too, a third
+# without esrc is left alone
+q -c "CREATE DATABASE other" -c "CREATE DATABASE plain" >/dev/null
+q -d other -c "CREATE EXTENSION esrc" \
+  -c "SELECT count(*) FROM (SELECT esrc.append('o-1', 'E', jsonb_build_object('i', g)) FROM generate_series(1, 50) g) a" \
+  -c "SELECT esrc.delete_stream('o-1', 'other database')" >/dev/null
+q -c "ALTER SYSTEM SET esrc.projection_workers = 0" -c "ALTER SYSTEM SET esrc.scavenge_interval = '1s'" \
+  -c "SELECT pg_reload_conf()" >/dev/null
 pgbench_phase worker
 by_worker=$(q -c "SELECT count(*) || ' slices, ' || coalesce(sum(events), 0) || ' events'
                   FROM esrc.erasures WHERE what = 'scavenge' AND reason LIKE '%scavenge_interval%'")
 log "worker (1 s): $(latency worker); $by_worker"
 [ "$(q -c "SELECT count(*) FROM esrc.erasures WHERE what = 'scavenge' AND reason LIKE '%scavenge_interval%'")" -gt 0 ] \
     || { tail -20 "$dir/server.log"; die "the worker ran no slice"; }
+
+for i in $(seq 1 100); do
+    [ "$(q -d other -c "SELECT count(*) FROM esrc.events WHERE data = '{\"erased\": true}'")" = 50 ] && break
+    [ "$i" -lt 100 ] || die "the worker did not scavenge the second database"
+    sleep 0.2
+done
+log "second database: its deleted stream's 50 events redacted by its worker"
+[ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE datname = 'plain'")" = 0 ] \
+    || die "a worker stays in the database without esrc"
 
 # the worker stops scavenging on a reload; appends stopped; the max_age
 # events must be older than max_age plus the scavenger's margin (1 s) for
@@ -174,3 +195,28 @@ log "appends: $acked acknowledged, all stored: $shadow_ok, versions contiguous: 
 [ "$moved" = 0 ] || die "columns other than data and metadata changed"
 [ "$hidden" -gt "$hidden0" ] || die "the load hid no new events: the test tested nothing"
 log "scavenger under load: every hidden event redacted, every visible one as written, audit complete"
+
+# an error in a slice: logged, rolled back, retried at the next interval
+# by the same worker (no crash loop).  A BEFORE UPDATE trigger on
+# esrc.events makes the redaction refuse (55000).
+q -c "ALTER SYSTEM SET esrc.scavenge_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
+q -c "CREATE FUNCTION public.noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'" \
+  -c "CREATE TRIGGER in_the_way BEFORE UPDATE ON esrc.events FOR EACH ROW EXECUTE FUNCTION public.noop()"
+q -c "SELECT esrc.append('ld-1', 'E', '{}') FROM generate_series(1, 5)" >/dev/null   # hides 5 more
+pid_of_worker() { q -c "SELECT pid FROM pg_stat_activity WHERE datname = 'postgres' AND backend_type = 'esrc projection worker'"; }
+for i in $(seq 1 100); do
+    grep -q 'esrc scavenger: slice rolled back: cannot erase events while esrc.events has the BEFORE UPDATE trigger "in_the_way"' \
+        "$dir/server.log" && break
+    [ "$i" -lt 100 ] || { tail -20 "$dir/server.log"; die "no failed slice was logged"; }
+    sleep 0.2
+done
+wpid=$(pid_of_worker)
+q -c "DROP TRIGGER in_the_way ON esrc.events"
+for i in $(seq 1 100); do
+    [ "$(q -c "SELECT count(*) FROM esrc.events WHERE stream = 'ld-1' AND position NOT IN
+                   (SELECT position FROM esrc.read_stream('ld-1')) AND data <> '{\"erased\": true}'")" = 0 ] && break
+    [ "$i" -lt 100 ] || die "the worker did not scavenge again after a failed slice"
+    sleep 0.2
+done
+[ -n "$wpid" ] && [ "$(pid_of_worker)" = "$wpid" ] || die "the worker was restarted (pid $wpid, now $(pid_of_worker))"
+log "a failing slice was logged and retried by the same worker (pid $wpid), which then redacted"
