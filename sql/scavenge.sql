@@ -148,6 +148,20 @@ SELECT stream, count(*) FILTER (WHERE data = '{"erased": true}') AS redacted,
        min(version) FILTER (WHERE data <> '{"erased": true}') AS first_kept
 FROM esrc.events WHERE stream LIKE 'res-%' GROUP BY stream ORDER BY stream;
 
+-- truncate_before beyond the stream's end: what is appended below it later
+-- is hidden, and redacted by a later call
+SELECT esrc.append('sc-ahead', 'E', '{}') FROM generate_series(1, 3);
+SELECT esrc.set_stream_rules('sc-ahead', truncate_before => 6, reason => 'ahead');
+SET ROLE scav_admin;
+SELECT events_redacted FROM esrc.scavenge();
+RESET ROLE;
+SELECT esrc.append('sc-ahead', 'E', '{"later": true}') FROM generate_series(1, 4);
+SET ROLE scav_admin;
+SELECT events_redacted FROM esrc.scavenge();
+SELECT redacted_below FROM esrc.scavenge_streams WHERE stream = 'sc-ahead';
+RESET ROLE;
+SELECT version, data FROM esrc.events WHERE stream = 'sc-ahead' ORDER BY version;
+
 -- snapshots: load reads the snapshot table, which keeps the state the
 -- hidden events gave; snapshot_at replays the log, so after the scavenge
 -- it folds the redacted data in place of the hidden events'

@@ -364,14 +364,16 @@ visit_stream(EsrcRedactor *red, Oid owner, const char *stream, TimestampTz now,
 	res->events_redacted += ntodo;
 	if (ntodo > 0)
 		res->streams_redacted++;
-	if (ntodo == limit && next < fv)
-	{
-		/* stopped inside the stream: the next slice resumes at next */
+	/*
+	 * next is the version after the last one examined: where the batch
+	 * stopped, or, the versions being contiguous, min(fv, head + 1) -- never
+	 * beyond the stream's end, so that events appended later below a
+	 * truncate_before past the end are still redacted.
+	 */
+	if (next > mark)
 		set_mark(owner, stream, next);
-		return false;
-	}
-	set_mark(owner, stream, fv);
-	return true;
+	/* stopped inside the stream: the next slice resumes there */
+	return !(ntodo == limit && next < fv);
 }
 
 /*
