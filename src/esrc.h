@@ -12,7 +12,9 @@
  * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
- * esrc.delete_stream()) and the cache the read paths apply them from.
+ * esrc.delete_stream()) and the cache the read paths apply them from;
+ * scavenge.c owns esrc.scavenge(), which redacts what the rules hide
+ * through lifecycle.c's redactor, and its worker slice.
  * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
  * esrc.decrypt, esrc.forget_subject).
  *
