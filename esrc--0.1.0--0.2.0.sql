@@ -533,7 +533,7 @@ CREATE TABLE esrc.stream_rules (
     CONSTRAINT stream_rules_hard_check CHECK (NOT hard_deleted OR truncate_before IS NOT NULL)
 );
 COMMENT ON TABLE esrc.stream_rules IS
-    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored.  Written by esrc.set_stream_rules and esrc.delete_stream.';
+    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored until esrc.scavenge redacts them.  Written by esrc.set_stream_rules and esrc.delete_stream.';
 COMMENT ON COLUMN esrc.stream_rules.truncate_before IS 'Versions below it are hidden (null: no such rule).';
 COMMENT ON COLUMN esrc.stream_rules.max_count IS 'All but the last max_count versions of the stream at read time are hidden (null: no such rule).';
 COMMENT ON COLUMN esrc.stream_rules.max_age IS 'Every version up to the last one recorded before statement_timestamp() - max_age is hidden (null: no such rule).';
