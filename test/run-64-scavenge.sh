@@ -45,13 +45,14 @@ q -c "CREATE EXTENSION esrc" -c "CREATE ROLE scav LOGIN IN ROLE esrc_admin" \
 q -c "SELECT count(*) FROM (SELECT esrc.append('ld-' || s, 'E',
           jsonb_build_object('s', s, 'i', g, 'pad', repeat(md5(g::text), 4)), jsonb_build_object('i', g))
       FROM generate_series(0, 59) g, generate_series(1, 40) s) a" >/dev/null
-q -c "CREATE TABLE prefill AS SELECT * FROM esrc.events"
 # the rules: 1-10 max_count 5, 11-20 truncate_before 30, 21-25 soft deletes,
 # 26-30 max_age 1 second, 31-40 none
 q -c "SELECT esrc.set_stream_rules('ld-' || s, max_count => 5, reason => 'keep 5') FROM generate_series(1, 10) s" \
   -c "SELECT esrc.set_stream_rules('ld-' || s, truncate_before => 30, reason => 'from 30') FROM generate_series(11, 20) s" \
   -c "SELECT esrc.delete_stream('ld-' || s, 'soft') FROM generate_series(21, 25) s" \
   -c "SELECT esrc.set_stream_rules('ld-' || s, max_age => '1 second', reason => 'a second') FROM generate_series(26, 30) s" >/dev/null
+# the copy of the log before the load (with the tombstones the deletes appended)
+q -c "CREATE TABLE prefill AS SELECT * FROM esrc.events"
 hidden0=$(q -c "SELECT count(*) FROM esrc.events WHERE position NOT IN (SELECT position FROM esrc.read_category('ld', 0, 1000000))")
 log "pre-filled 2400 events in 40 streams, $hidden0 hidden by rules"
 
