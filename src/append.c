@@ -873,7 +873,7 @@ esrc_append(PG_FUNCTION_ARGS)
 				 errmsg("event data must not be null"),
 				 errhint("Use '{}' or 'null'::jsonb for an event without data.")));
 	ev.data = PG_GETARG_JSONB_P(2);
-	ev.metadata = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	ev.metadata = esrc_trace_metadata(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
 	ev.id = PG_ARGISNULL(5) ? NULL : PG_GETARG_UUID_P(5);
 	check_expected(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
 	check_event_size(1, ev.data, ev.metadata);
@@ -961,6 +961,7 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 		batch_error(index, "\"type\" is missing", NULL);
 	if (ev->data == NULL)
 		batch_error(index, "\"data\" is missing", "Use {} or null for an event without data.");
+	ev->metadata = esrc_trace_metadata(ev->metadata);
 	check_event_size(index, ev->data, ev->metadata);
 }
 

@@ -78,6 +78,9 @@ _PG_init(void)
 	/* projections: settings, the launcher of their workers */
 	esrc_projection_init();
 
+	/* W3C trace context of appended events (esrc.traceparent, ...) */
+	esrc_trace_init();
+
 	MarkGUCPrefixReserved("esrc");
 
 	prev_shmem_request_hook = shmem_request_hook;

@@ -322,6 +322,21 @@ extern bool esrc_rules_visible(EsrcRuleFilter *f, struct TupleTableSlot *slot);
 extern void esrc_rules_end(EsrcRuleFilter *f);
 extern void esrc_rules_check_append(const char *stream);
 
+/*
+ * trace.c: W3C trace context (esrc.traceparent, esrc.tracestate; the
+ * metadata keys "traceparent" and "tracestate"; headers ce_traceparent and
+ * ce_tracestate of forwarded records).
+ */
+#define ESRC_TRACEPARENT_MAX	512		/* bytes; version 00 has 55 */
+#define ESRC_TRACESTATE_MAX		512		/* bytes */
+extern char *esrc_traceparent;
+extern char *esrc_tracestate;
+extern void esrc_trace_init(void);
+extern bool esrc_traceparent_valid(const char *s, int len);
+extern Jsonb *esrc_trace_metadata(Jsonb *metadata);
+extern void esrc_trace_of_event(Jsonb *metadata, char **traceparent,
+								char **tracestate);
+
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);
