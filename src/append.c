@@ -17,7 +17,9 @@
  *	 4. refuses a stream erased by esrc.erase_stream (55000; lifecycle.c),
  *		then checks expected_version (SQLSTATE 40001 on a mismatch);
  *	 5. inserts the events with consecutive versions head+1, head+2, ...,
- *		taking global positions from order.c.
+ *		taking global positions from order.c;
+ *	 6. counts the call for esrc.metrics (metrics.c: at commit; a
+ *		conflict at once).
  *
  * Invariants kept: (stream, version) is unique and gap-free within a
  * stream (the lock makes version head+1 the only one that can be written
@@ -813,6 +815,7 @@ append_events(char *stream, int nevents, EventInput *events,
 	{
 		PopActiveSnapshot();
 		close_log(&log);
+		esrc_metrics_append(nevents, true);
 		return result;
 	}
 
@@ -838,13 +841,19 @@ append_events(char *stream, int nevents, EventInput *events,
 			esrc_check_not_erased(stream, latest, true);
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
+		{
+			esrc_metrics_conflict();
 			esrc_concurrent_append_error(stream);
+		}
 	}
 	else if (redacted)
 		esrc_check_not_erased(stream, snap, true);
 
 	if (!expected_isnull && !expected_matches(expected, head))
+	{
+		esrc_metrics_conflict();
 		raise_version_conflict(stream, expected, head);
+	}
 
 	insert_events(&log, seqoid, stream_text, category, category_str, head + 1,
 				  nevents, events, now);
@@ -853,6 +862,7 @@ append_events(char *stream, int nevents, EventInput *events,
 	close_log(&log);
 	/* later statements, and later appends of this statement, see the rows */
 	CommandCounterIncrement();
+	esrc_metrics_append(nevents, false);
 	return head + nevents;
 }
 

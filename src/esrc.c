@@ -81,6 +81,9 @@ _PG_init(void)
 	/* W3C trace context of appended events (esrc.traceparent, ...) */
 	esrc_trace_init();
 
+	/* counters of esrc.metrics (esrc.track_metrics) */
+	esrc_metrics_init();
+
 	MarkGUCPrefixReserved("esrc");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -100,8 +103,9 @@ esrc_shmem_size(void)
 static Size
 esrc_shmem_extra_size(void)
 {
-	return add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
-					esrc_projection_shmem_size());
+	return add_size(add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
+							 esrc_projection_shmem_size()),
+					esrc_metrics_shmem_size());
 }
 
 static void
@@ -133,6 +137,7 @@ esrc_shmem_startup(void)
 	esrc_wait_shmem_init();
 	esrc_lease_shmem_init();
 	esrc_projection_shmem_init();
+	esrc_metrics_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -15,6 +15,9 @@
  * esrc.delete_stream()) and the cache the read paths apply them from.
  * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
  * esrc.decrypt, esrc.forget_subject).
+ * trace.c owns the W3C trace context of events (esrc.traceparent,
+ * esrc.tracestate, the ce_traceparent/ce_tracestate headers); metrics.c
+ * owns the counters of esrc.metrics (shared memory, per database).
  *
  *-------------------------------------------------------------------------
  */
@@ -336,6 +339,19 @@ extern bool esrc_traceparent_valid(const char *s, int len);
 extern Jsonb *esrc_trace_metadata(Jsonb *metadata);
 extern void esrc_trace_of_event(Jsonb *metadata, char **traceparent,
 								char **tracestate);
+
+/*
+ * metrics.c: counters for esrc.metrics, per database in shared memory.
+ * The append path's are counted at commit; the others at once.
+ */
+extern bool esrc_track_metrics;
+extern void esrc_metrics_init(void);
+extern Size esrc_metrics_shmem_size(void);
+extern void esrc_metrics_shmem_init(void);
+extern void esrc_metrics_append(int nevents, bool idempotent);
+extern void esrc_metrics_conflict(void);
+extern void esrc_metrics_forwarded(int records);
+extern void esrc_metrics_forwarder_error(void);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);
