@@ -246,11 +246,14 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 			rec->data = json_text(slot->tts_values[4], &rec->data_len, &room);
 		if (rec->data != NULL && !slot->tts_isnull[5])
 		{
-			rec->metadata = json_text(slot->tts_values[5], NULL, &room);
+			/* detoasted once for its text and its trace context */
+			Datum		metadata = PointerGetDatum(DatumGetJsonbP(slot->tts_values[5]));
+
+			rec->metadata = json_text(metadata, NULL, &room);
 			if (rec->metadata == NULL)
 				rec->data = NULL;
 			else
-				trace_context(rec, slot->tts_values[5]);
+				trace_context(rec, metadata);
 		}
 		if (rec->data == NULL)
 		{
