@@ -13,7 +13,13 @@
 # BENCH_CPU_APPENDS single-event appends, each its own transaction (a DO
 # loop with COMMIT, so that every commit adds its counts to shared
 # memory), on and off alternated: microseconds per append and the ratio
-# of appends per CPU second.  Asserts nothing.
+# of appends per CPU second.  Last, where valgrind is installed, the figure
+# that machine noise cannot move: the server stopped, one single-user
+# backend runs BENCH_CG_APPENDS appends (each its own transaction) under
+# callgrind, and the instructions spent in src/metrics.c (inclusive: the
+# per-backend counts, the commit callback and its atomic additions) are
+# printed per append and as a share of esrc.append's own instructions.
+# Asserts nothing.
 #
 #   bash bench/metrics/run.sh
 #   BENCH_SECONDS=10 BENCH_ROUNDS=5 BENCH_CLIENTS=8 bash bench/metrics/run.sh
@@ -72,7 +78,7 @@ for shape in single batch; do
         "$(median "${ratios[$shape]}")" "${ratios[$shape]}" "${best[$shape/on]}" "${best[$shape/off]}" \
         "$(python3 -c "print('%.3f' % (${best[$shape/on]} / ${best[$shape/off]}))")"
 done
-cpu_appends=${BENCH_CPU_APPENDS:-20000}
+cpu_appends=${BENCH_CPU_APPENDS:-100000}
 declare -A cpu
 cpu_run() {   # cpu_run on|off: backend CPU microseconds per append
     local mode=$1 ticks
@@ -103,3 +109,33 @@ done
 printf '  appends per CPU second, on / off: median %sx (%s )\n' "$(median "${ratios[cpu]}")" "${ratios[cpu]}"
 echo "counted while on (esrc.metrics):"
 psql -qAtX -c "SELECT '  ' || name || ' = ' || value FROM esrc.metrics WHERE name IN ('esrc_appends_total', 'esrc_events_total')"
+
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null || {
+    echo "(no valgrind: instruction counts skipped)"; exit 0; }
+cg_appends=${BENCH_CG_APPENDS:-4000}
+pg_stop "$dir"
+printf 'DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM esrc.append(%s, %s, %s); COMMIT; END LOOP; END $$\n' \
+    "$cg_appends" "'cg-' || (i % 100)" "'Tick'" "'{\"n\": 1}'" >"$dir/cg.sql"
+chmod 644 "$dir/cg.sql"
+as_test_user valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
+    "$PG_BINDIR/postgres" --single -D "$dir/data" -c synchronous_commit=off postgres \
+    <"$dir/cg.sql" >"$dir/cg.log" 2>&1 || { tail -5 "$dir/cg.log"; exit 0; }
+callgrind_annotate --inclusive=yes --threshold=100 "$dir/cg.out" 2>/dev/null >"$dir/cg.txt"
+python3 - "$dir/cg.txt" "$cg_appends" <<'PY'
+import re, sys
+incl = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(?:\S*/)?src/(\w+\.c):(\w+) \[", line)
+    if m and (m.group(2), m.group(3)) not in incl:
+        incl[(m.group(2), m.group(3))] = int(m.group(1).replace(",", ""))
+n = int(sys.argv[2])
+# metrics.c on the append path: the per-backend counts and the commit
+# callback (count_now is inside it); not the one-time init
+metrics = sum(v for (f, fn), v in incl.items()
+              if f == "metrics.c" and fn in ("esrc_metrics_append", "metrics_xact_callback",
+                                             "metrics_subxact_callback"))
+append = incl.get(("append.c", "esrc_append"), 0) - incl.get(("metrics.c", "esrc_metrics_append"), 0)
+print(f"instructions (callgrind, {n} single-event appends, one backend, each its own transaction):")
+print(f"  esrc.append without counting {append / n:,.0f} per append; counting (src/metrics.c) {metrics / n:,.0f}"
+      f" per append = {100.0 * metrics / append:.3f}%: on / off {append / (append + metrics):.4f}x")
+PY
