@@ -255,6 +255,24 @@ extern char *esrc_check_name(text *value, const char *what, int maxlen);
 extern char *esrc_stream_category(const char *stream);
 
 /*
+ * append.c: the system events of the log's life cycle (docs/lifecycle.md).
+ * Event types that begin with ESRC_RESERVED_TYPE_PREFIX are esrc's own;
+ * esrc.append/append_batch refuse them (22023).  esrc.erase_stream and
+ * esrc.delete_stream append one, the stream's tombstone, which the Kafka
+ * forwarder sends with a null value (kafka.c) and the snapshots do not
+ * apply (snapapply.c, snapshot.c).  The data of ESRC_TYPE_ERASED is
+ * ESRC_ERASED_DATA with null metadata, so the tombstone of an erased stream
+ * is itself redacted and its head stays a redacted event.
+ */
+#define ESRC_RESERVED_TYPE_PREFIX	"esrc."
+#define ESRC_TYPE_ERASED			"esrc.erased"
+#define ESRC_TYPE_DELETED			"esrc.deleted"
+extern bool esrc_is_system_type(const char *type, int len);
+extern bool esrc_is_tombstone_type(const char *type, int len);
+extern int64 esrc_append_system_event(const char *stream, const char *type,
+									  Jsonb *data);
+
+/*
  * read.c: index scans of esrc.events, for the read functions and for
  * the snapshot replays (snapbuild.c, snapread.c).  The first
  * ESRC_EVENT_NATTS columns of esrc.events are the columns of the row type

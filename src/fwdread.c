@@ -14,6 +14,10 @@
  * before.  It does not return a batch before the WAL of its commits is
  * flushed.  An ERROR ends the worker; the postmaster starts it again.
  *
+ * A record whose event is a tombstone of the life cycle (esrc.erased,
+ * esrc.deleted; esrc.h) is marked so (EsrcKafkaRecord.tombstone), and
+ * kafka.c sends it with a null value.
+ *
  * Position mirror: in at_least_once mode esrc.forwarder_state.position is
  * the authority, written after delivery; in exactly_once mode the
  * authority is the Kafka offsets topic (kafkapos.c) and the table mirrors it
@@ -235,6 +239,7 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	rec->stream = copy_text(slot->tts_values[1], &rec->stream_len);
 	rec->version = DatumGetInt64(slot->tts_values[2]);
 	rec->type = copy_text(slot->tts_values[3], NULL);
+	rec->tombstone = esrc_is_tombstone_type(rec->type, strlen(rec->type));
 	rec->skip = DatumGetBool(slot->tts_values[9]);
 	rec->data = "";
 	if (!rec->skip)

@@ -81,6 +81,8 @@ typedef struct EsrcKafkaRecord
 	char	   *tracestate;		/* its tracestate, NULL = none */
 	EsrcKafkaTopic *topic;		/* from esrc_kafka_topic() */
 	bool		skip;			/* skipped by the operator: do not send */
+	bool		tombstone;		/* esrc.erased/esrc.deleted: sent with a null
+								 * value (compaction removes the key) */
 	/* written by kafka.c from delivery reports */
 	int			err;			/* rd_kafka_resp_err_t of the report */
 	bool		acked;			/* the broker has the record */

@@ -7,10 +7,12 @@
  * This file owns:
  *	 - esrc.erase_stream(stream, reason): redacts every event of a stream in
  *	   place -- data becomes ESRC_ERASED_DATA, metadata NULL; position,
- *	   stream, version, type, id, recorded_at and category stay -- removes
- *	   the stream's rows from the snapshot tables of its category, and
- *	   records the erasure in esrc.erasures, all in the caller's
- *	   transaction;
+ *	   stream, version, type, id, recorded_at and category stay -- appends
+ *	   the stream's tombstone (an esrc.erased event whose data is that
+ *	   marker, through append.c's esrc_append_system_event; the Kafka
+ *	   forwarder sends it with a null value), removes the stream's rows
+ *	   from the snapshot tables of its category, and records the erasure
+ *	   in esrc.erasures, all in the caller's transaction;
  *	 - the one exception to the immutability of esrc.events:
  *	   esrc_erasure_permits(), which append.c's trigger asks before it
  *	   refuses an UPDATE;
@@ -592,6 +594,15 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	PopActiveSnapshot();
 	esrc_free_write_estate(estate, rri);
 	table_close(rel, NoLock);
+
+	/*
+	 * The tombstone, at the next version, before the erasure is recorded:
+	 * append.c appends none to a stream that esrc.erasures says is erased
+	 * already, so erasing twice adds none.  Its data is the marker, so the
+	 * stream's head stays redacted (the cheap test of append.c).
+	 */
+	(void) esrc_append_system_event(stream, ESRC_TYPE_ERASED,
+									DatumGetJsonbP(marker));
 
 	delete_snapshot_rows(nsnapshots, snapshot_relids, stream);
 	esrc_record_erasure("erase_stream", stream, ntodo, reason, NULL,

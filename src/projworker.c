@@ -145,6 +145,8 @@ static const struct
 	{"subscription_checkpoints", RowExclusiveLock},
 	{"projections", AccessShareLock},
 	{"projection_partitions", RowExclusiveLock},
+	/* read by esrc.poll through the rules cache (rules.c) */
+	{"stream_rules", AccessShareLock},
 };
 
 /* The table worker_tables[i], or InvalidOid once esrc is gone. */

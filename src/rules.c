@@ -8,7 +8,9 @@
  *	 - esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
  *	   reason) and esrc.delete_stream(stream, reason, hard), which write
  *	   esrc.stream_rules (as its owner, through SPI) and record each call in
- *	   esrc.erasures (lifecycle.c);
+ *	   esrc.erasures (lifecycle.c); delete_stream first appends the stream's
+ *	   tombstone (esrc.deleted, append.c's esrc_append_system_event), the
+ *	   first version it leaves visible;
  *	 - the trigger esrc.stream_rules_changed(), which turns every change of
  *	   esrc.stream_rules into a relcache invalidation of the table, sent to
  *	   every backend when the change commits;
@@ -732,10 +734,13 @@ esrc_set_stream_rules(PG_FUNCTION_ARGS)
 
 /*
  * esrc.delete_stream(stream, reason, hard DEFAULT false) -> bigint:
- * truncate_before becomes the stream's version + 1 (or stays, if higher),
- * its other rules stay; hard also refuses every later append.  Returns the
- * number of events the stream has, all hidden now; 0 for a stream deleted
- * permanently already (nothing changes, the call is still recorded).
+ * appends the stream's tombstone (an esrc.deleted event, data {"hard":
+ * true|false}) at the next version, and truncate_before becomes that
+ * version (or stays, if higher), so the tombstone is the stream's only
+ * visible event; its other rules stay; hard also refuses every later
+ * append.  Returns the number of events hidden (the versions before the
+ * tombstone); 0 for a stream deleted permanently already (nothing
+ * changes, no second tombstone, the call is still recorded).
  */
 Datum
 esrc_delete_stream(PG_FUNCTION_ARGS)
@@ -743,7 +748,7 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 	char	   *stream;
 	char	   *reason;
 	bool		hard;
-	int64		head;
+	bool		already_hard;
 	int64		events;
 	RuleValues	rv;
 
@@ -758,17 +763,31 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 				 errhint("Use false for a soft delete, true to refuse every later append.")));
 	hard = PG_GETARG_BOOL(2);
 
-	head = lock_stream_head(stream);
+	(void) lock_stream_head(stream);
 	current_rules(stream, &rv);
-	events = rv.hard_deleted ? 0 : head + 1;
+	already_hard = rv.hard_deleted;
+	events = 0;
+	if (!already_hard)
+	{
+		/*
+		 * The tombstone (esrc.h) at the next version, under the stream lock
+		 * taken above; it is the stream's first visible event.  None is
+		 * added when the head is the same tombstone already (deleted twice
+		 * with nothing appended in between) or the stream is erased.
+		 */
+		int64		tomb;
+
+		tomb = esrc_append_system_event(stream, ESRC_TYPE_DELETED,
+										DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+																		   CStringGetDatum(hard ? "{\"hard\": true}" : "{\"hard\": false}"))));
+		events = tomb;			/* the versions before it, all hidden */
+		rv.truncate_before = Max(rv.truncate_before, tomb);
+		rv.hard_deleted = hard;
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (!rv.hard_deleted)
-	{
-		rv.truncate_before = Max(rv.truncate_before, head + 1);
-		rv.hard_deleted = hard;
+	if (!already_hard)
 		write_rules(stream, &rv);
-	}
 	esrc_record_erasure("delete_stream", stream, events, reason, rules_json(&rv),
 						GetSessionUserId(), GetUserId());
 	if (SPI_finish() != SPI_OK_FINISH)
