@@ -78,6 +78,9 @@ _PG_init(void)
 	/* projections: settings, the launcher of their workers */
 	esrc_projection_init();
 
+	/* the scavenger's settings (scavenge.c) */
+	esrc_scavenge_init();
+
 	/* W3C trace context of appended events (esrc.traceparent, ...) */
 	esrc_trace_init();
 

@@ -12,7 +12,9 @@
  * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
- * esrc.delete_stream()) and the cache the read paths apply them from.
+ * esrc.delete_stream()) and the cache the read paths apply them from;
+ * scavenge.c owns esrc.scavenge(), which redacts what the rules hide
+ * through lifecycle.c's redactor, and its worker slice.
  * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
  * esrc.decrypt, esrc.forget_subject).
  * trace.c owns the W3C trace context of events (esrc.traceparent,
@@ -31,6 +33,7 @@
 #include "access/sdir.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
+#include "storage/itemptr.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
@@ -329,6 +332,41 @@ extern void esrc_record_erasure(const char *what, const char *stream,
 								Jsonb *rules, Oid session_user,
 								Oid current_user);
 extern char *esrc_check_reason(text *reason, const char *what);
+
+/*
+ * lifecycle.c: the redaction in place of erase_stream(), shared with
+ * scavenge.c: open esrc.events for it, collect the not yet redacted events
+ * of a stream in a version range, redact them, close.  The caller holds
+ * the stream lock (append.c) of every stream it redacts.
+ */
+struct EState;
+typedef struct EsrcRedactor
+{
+	struct RelationData *rel;	/* esrc.events, RowExclusiveLock */
+	struct EState *estate;
+	struct ResultRelInfo *rri;
+	struct RelationData *idx;	/* the unique index on (stream, version) */
+	struct TupleTableSlot *scanslot;
+	Datum		marker;			/* ESRC_ERASED_DATA as jsonb */
+} EsrcRedactor;
+extern void esrc_redactor_open(EsrcRedactor *r);
+extern int64 esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo,
+								   int64 hi, int64 limit, Snapshot snap,
+								   ItemPointerData **todo, int64 *ntodo,
+								   int64 *next_version);
+extern void esrc_redactor_redact(EsrcRedactor *r, ItemPointerData *todo,
+								 int64 ntodo, Snapshot snap);
+extern void esrc_redactor_close(EsrcRedactor *r);
+
+/* rules.c: a stream's first visible version from esrc.stream_rules itself */
+extern bool esrc_rules_first_visible_now(const char *stream, Snapshot snap,
+										 TimestampTz now, int64 *first_visible);
+
+/* scavenge.c: the scavenger's settings and the workers' slice */
+extern int	esrc_scavenge_interval_s;
+extern int	esrc_scavenge_max_events;
+extern void esrc_scavenge_init(void);
+extern void esrc_scavenge_worker_slice(void);
 
 /*
  * rules.c: the stream rules (esrc.stream_rules), as the read paths apply

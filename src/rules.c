@@ -18,7 +18,9 @@
  *	   stream with rules), loaded with a new snapshot when a read or an
  *	   append first needs it after such an invalidation;
  *	 - the filters the read paths apply (read.c, subscription.c,
- *	   snapread.c) and the hard-delete check of appends (append.c).
+ *	   snapread.c) and the hard-delete check of appends (append.c);
+ *	 - the same first-visible computation from the table itself, not the
+ *	   cache, for the scavenger (esrc_rules_first_visible_now, scavenge.c).
  *
  * The rules, exactly (docs/lifecycle.md is the reference):
  *	 - truncate_before T hides versions < T;
@@ -52,6 +54,10 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/namespace.h"
@@ -67,6 +73,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -79,6 +86,7 @@
 #include "utils/timestamp.h"
 
 #include "esrc.h"
+#include "projection.h"
 
 PG_FUNCTION_INFO_V1(esrc_set_stream_rules);
 PG_FUNCTION_INFO_V1(esrc_delete_stream);
@@ -244,16 +252,17 @@ index_rules(void)
 	rules_cache.rules = t;
 }
 
-/* Add the row in slot to the cache (in rules_cache.cxt). */
+/* The rule of the row in slot (a row of esrc.stream_rules), its name in cxt. */
 static void
-cache_row(TupleTableSlot *slot)
+rule_from_slot(TupleTableSlot *slot, StreamRule *r, MemoryContext cxt)
 {
 	Datum	   *v = slot->tts_values;
 	bool	   *n = slot->tts_isnull;
-	StreamRule *r = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule));
 	char	   *name = TextDatumGetCString(v[Anum_rules_stream - 1]);
+
+	memset(r, 0, sizeof(StreamRule));
 	r->len = strlen(name);
-	r->stream = MemoryContextStrdup(rules_cache.cxt, name);
+	r->stream = MemoryContextStrdup(cxt, name);
 	r->truncate_before = n[Anum_rules_truncate_before - 1] ? -1 :
 		DatumGetInt64(v[Anum_rules_truncate_before - 1]);
 	r->max_count = n[Anum_rules_max_count - 1] ? -1 :
@@ -263,8 +272,16 @@ cache_row(TupleTableSlot *slot)
 		r->max_age = *DatumGetIntervalP(v[Anum_rules_max_age - 1]);
 	r->hard_deleted = !n[Anum_rules_hard_deleted - 1] &&
 		DatumGetBool(v[Anum_rules_hard_deleted - 1]);
-
 	r->hash = hash_bytes((const unsigned char *) r->stream, r->len);
+}
+
+/* Add the row in slot to the cache (in rules_cache.cxt). */
+static void
+cache_row(TupleTableSlot *slot)
+{
+	StreamRule *r = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule));
+
+	rule_from_slot(slot, r, rules_cache.cxt);
 	r->next = rules_cache.loaded;
 	rules_cache.loaded = r;
 	rules_cache.nrules++;
@@ -502,6 +519,63 @@ esrc_rules_end(EsrcRuleFilter *f)
 }
 
 /*
+ * The first visible version of stream under snap, from the stream's row of
+ * esrc.stream_rules as snap sees it -- not from the cache, which may be
+ * older -- by the same rule_first_visible() the reads use, with now in
+ * place of the read's statement_timestamp() for max_age.  For the
+ * scavenger (scavenge.c), which holds the stream lock, so the rules
+ * cannot change under it.  Returns false when the stream has no rules.
+ * Reads the table and the log as catalogs are read: no privilege checks.
+ */
+bool
+esrc_rules_first_visible_now(const char *stream, Snapshot snap, TimestampTz now,
+							 int64 *first_visible)
+{
+	Relation	rel = table_open(esrc_relation_oid("stream_rules"), AccessShareLock);
+	Oid			idxoid = get_relname_relid("stream_rules_pkey", esrc_schema_oid());
+	Relation	idx;
+	TupleTableSlot *slot;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	bool		found = false;
+	StreamRule	r;
+
+	if (!OidIsValid(idxoid))
+		elog(ERROR, "esrc.stream_rules has no index stream_rules_pkey");
+	if (RelationGetDescr(rel)->natts != Natts_rules)
+		elog(ERROR, "esrc.stream_rules has an unexpected row type");
+	idx = index_open(idxoid, AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ,
+						   CStringGetTextDatum(stream));
+	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		slot_getallattrs(slot);
+		rule_from_slot(slot, &r, CurrentMemoryContext);
+		found = true;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	if (found)
+	{
+		EsrcRuleFilter f;
+
+		memset(&f, 0, sizeof(f));
+		f.snap = snap;
+		f.now = now;
+		f.checked = false;
+		*first_visible = rule_first_visible(&f, &r, cstring_to_text(stream));
+		esrc_rules_end(&f);
+	}
+	return found;
+}
+
+/*
  * Refuse an append to a stream deleted permanently.  The caller holds the
  * stream lock and has made its earlier commands visible.
  */
@@ -723,6 +797,9 @@ esrc_set_stream_rules(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	write_rules(stream, &rv);
+	/* events may be hidden now: the scavenging worker, if off in this database, starts */
+	if (esrc_scavenge_interval_s > 0)
+		esrc_projection_wake_at_commit();
 	esrc_record_erasure("set_stream_rules", stream, 0, reason,
 						(rv.truncate_before < 0 && rv.max_count < 0 && !rv.has_max_age) ?
 						NULL : rules_json(&rv),
@@ -788,6 +865,8 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	if (!already_hard)
 		write_rules(stream, &rv);
+	if (esrc_scavenge_interval_s > 0)
+		esrc_projection_wake_at_commit();
 	esrc_record_erasure("delete_stream", stream, events, reason, rules_json(&rv),
 						GetSessionUserId(), GetUserId());
 	if (SPI_finish() != SPI_OK_FINISH)
