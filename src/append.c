@@ -19,7 +19,9 @@
  *	 4. refuses a stream erased by esrc.erase_stream (55000; lifecycle.c),
  *		then checks expected_version (SQLSTATE 40001 on a mismatch);
  *	 5. inserts the events with consecutive versions head+1, head+2, ...,
- *		taking global positions from order.c.
+ *		taking global positions from order.c;
+ *	 6. counts the call for esrc.metrics (metrics.c: at commit; a
+ *		conflict at once).
  *
  * Invariants kept: (stream, version) is unique and gap-free within a
  * stream (the lock makes version head+1 the only one that can be written
@@ -914,6 +916,7 @@ append_events(char *stream, int nevents, EventInput *events,
 	{
 		PopActiveSnapshot();
 		close_log(&log);
+		esrc_metrics_append(nevents, true);
 		return result;
 	}
 
@@ -939,13 +942,19 @@ append_events(char *stream, int nevents, EventInput *events,
 			esrc_check_not_erased(stream, latest, true);
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
+		{
+			esrc_metrics_conflict();
 			esrc_concurrent_append_error(stream);
+		}
 	}
 	else if (redacted)
 		esrc_check_not_erased(stream, snap, true);
 
 	if (!expected_isnull && !expected_matches(expected, head))
+	{
+		esrc_metrics_conflict();
 		raise_version_conflict(stream, expected, head);
+	}
 
 	insert_events(&log, seqoid, stream_text, category, category_str, head + 1,
 				  nevents, events, now);
@@ -954,6 +963,7 @@ append_events(char *stream, int nevents, EventInput *events,
 	close_log(&log);
 	/* later statements, and later appends of this statement, see the rows */
 	CommandCounterIncrement();
+	esrc_metrics_append(nevents, false);
 	return head + nevents;
 }
 
@@ -994,7 +1004,7 @@ esrc_append(PG_FUNCTION_ARGS)
 				 errmsg("event data must not be null"),
 				 errhint("Use '{}' or 'null'::jsonb for an event without data.")));
 	ev.data = PG_GETARG_JSONB_P(2);
-	ev.metadata = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	ev.metadata = esrc_trace_metadata(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
 	ev.id = PG_ARGISNULL(5) ? NULL : PG_GETARG_UUID_P(5);
 	check_expected(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
 	check_event_size(1, ev.data, ev.metadata);
@@ -1084,6 +1094,7 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 		batch_error(index, "\"type\" is missing", NULL);
 	if (ev->data == NULL)
 		batch_error(index, "\"data\" is missing", "Use {} or null for an event without data.");
+	ev->metadata = esrc_trace_metadata(ev->metadata);
 	check_event_size(index, ev->data, ev->metadata);
 }
 

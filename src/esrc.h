@@ -19,6 +19,9 @@
  * through lifecycle.c's redactor, and its worker slice.
  * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
  * esrc.decrypt, esrc.forget_subject).
+ * trace.c owns the W3C trace context of events (esrc.traceparent,
+ * esrc.tracestate, the ce_traceparent/ce_tracestate headers); metrics.c
+ * owns the counters of esrc.metrics (shared memory, per database).
  *
  *-------------------------------------------------------------------------
  */
@@ -419,6 +422,34 @@ extern int64 esrc_bound_lookup(EsrcBound *e, uint32 hash, uint64 serial,
 extern void esrc_bound_store(EsrcBound *e, uint64 serial, uint64 mark,
 							 bool quiet, int64 first_visible,
 							 TimestampTz cut_after, TimestampTz cut_until);
+
+/*
+ * trace.c: W3C trace context (esrc.traceparent, esrc.tracestate; the
+ * metadata keys "traceparent" and "tracestate"; headers ce_traceparent and
+ * ce_tracestate of forwarded records).
+ */
+#define ESRC_TRACEPARENT_MAX	512		/* bytes; version 00 has 55 */
+#define ESRC_TRACESTATE_MAX		512		/* bytes */
+extern char *esrc_traceparent;
+extern char *esrc_tracestate;
+extern void esrc_trace_init(void);
+extern bool esrc_traceparent_valid(const char *s, int len);
+extern Jsonb *esrc_trace_metadata(Jsonb *metadata);
+extern void esrc_trace_of_event(Jsonb *metadata, char **traceparent,
+								char **tracestate);
+
+/*
+ * metrics.c: counters for esrc.metrics, per database in shared memory.
+ * The append path's are counted at commit; the others at once.
+ */
+extern bool esrc_track_metrics;
+extern void esrc_metrics_init(void);
+extern Size esrc_metrics_shmem_size(void);
+extern void esrc_metrics_shmem_init(void);
+extern void esrc_metrics_append(int nevents, bool idempotent);
+extern void esrc_metrics_conflict(void);
+extern void esrc_metrics_forwarded(int records);
+extern void esrc_metrics_forwarder_error(void);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

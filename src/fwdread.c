@@ -197,6 +197,29 @@ format_time(TimestampTz ts)
 	return s;
 }
 
+/*
+ * The headers ce_traceparent and ce_tracestate of rec, from its metadata
+ * (trace.c: a malformed traceparent is not forwarded).  Both are short.
+ */
+static void
+trace_context(EsrcKafkaRecord *rec, Datum metadata)
+{
+	char	   *tp;
+	char	   *ts;
+
+	esrc_trace_of_event(DatumGetJsonbP(metadata), &tp, &ts);
+	if (tp != NULL)
+	{
+		rec->traceparent = MemoryContextStrdup(fill->cxt, tp);
+		fill->bytes += strlen(tp);
+	}
+	if (ts != NULL)
+	{
+		rec->tracestate = MemoryContextStrdup(fill->cxt, ts);
+		fill->bytes += strlen(ts);
+	}
+}
+
 static bool
 batch_receive(TupleTableSlot *slot, DestReceiver *self)
 {
@@ -228,15 +251,21 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 			rec->data = json_text(slot->tts_values[4], &rec->data_len, &room);
 		if (rec->data != NULL && !slot->tts_isnull[5])
 		{
-			rec->metadata = json_text(slot->tts_values[5], NULL, &room);
+			/* detoasted once for its text and its trace context */
+			Datum		metadata = PointerGetDatum(DatumGetJsonbP(slot->tts_values[5]));
+
+			rec->metadata = json_text(metadata, NULL, &room);
 			if (rec->metadata == NULL)
 				rec->data = NULL;
+			else
+				trace_context(rec, metadata);
 		}
 		if (rec->data == NULL)
 		{
 			rec->data = "";
 			rec->data_len = 0;
 			rec->metadata = NULL;
+			rec->traceparent = rec->tracestate = NULL;
 			unsendable = psprintf("its data and metadata take more than %zu bytes as JSON text",
 								  (Size) MAX_RECORD_TEXT);
 		}

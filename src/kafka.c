@@ -509,7 +509,7 @@ produce_record(EsrcKafka *k, int p, EsrcKafkaRecord *r, uint32 index)
 
 	for (;;)
 	{
-		h = rd_kafka_headers_new(12);
+		h = rd_kafka_headers_new(14);
 		rd_kafka_header_add(h, "ce_specversion", -1, "1.0", 3);
 		rd_kafka_header_add(h, "ce_id", -1, r->id, -1);
 		rd_kafka_header_add(h, "ce_source", -1, k->source, -1);
@@ -523,6 +523,10 @@ produce_record(EsrcKafka *k, int p, EsrcKafkaRecord *r, uint32 index)
 		rd_kafka_header_add(h, "ce_esrcposition", -1, position, -1);
 		if (r->metadata != NULL)
 			rd_kafka_header_add(h, "ce_esrcmetadata", -1, r->metadata, -1);
+		if (r->traceparent != NULL)
+			rd_kafka_header_add(h, "ce_traceparent", -1, r->traceparent, -1);
+		if (r->tracestate != NULL)
+			rd_kafka_header_add(h, "ce_tracestate", -1, r->tracestate, -1);
 
 		e = rd_kafka_producev(rk,
 							  RD_KAFKA_V_RKT(r->topic->rkt[p]),
