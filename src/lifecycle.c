@@ -434,11 +434,14 @@ stream_head(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
 /*
  * Redact the rows todo[0 .. ntodo - 1] of esrc.events, each with the
  * executor's simple update (row triggers fire as for an UPDATE), each in
- * its own erase window.
+ * its own erase window, napping as esrc.erase_cost_delay and
+ * esrc.erase_cost_limit say (erasecost.c) with every lock of the erase
+ * held; *cost says how often and how long.
  */
 static void
 redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
-			ItemPointer todo, int64 ntodo, Datum marker, Snapshot snap)
+			ItemPointer todo, int64 ntodo, Datum marker, Snapshot snap,
+			EsrcEraseCost *cost)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *oldslot = ExecInitExtraTupleSlot(estate, desc,
@@ -451,14 +454,21 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 	estate->es_snapshot = snap;
 	esrc_epq_init(&epq, estate);
 	AfterTriggerBeginQuery();
+	esrc_erase_cost_begin(cost);
 	for (i = 0; i < ntodo; i++)
 	{
+		int64		work;
+
 		CHECK_FOR_INTERRUPTS();
 		if (!table_tuple_fetch_row_version(rel, &todo[i], snap, oldslot))
 			elog(ERROR, "event row (%u,%u) of esrc.events vanished during an erase",
 				 ItemPointerGetBlockNumber(&todo[i]),
 				 ItemPointerGetOffsetNumber(&todo[i]));
 		slot_getallattrs(oldslot);
+		work = esrc_erase_row_cost(oldslot->tts_values[Anum_events_data - 1],
+								   oldslot->tts_isnull[Anum_events_data - 1],
+								   oldslot->tts_values[Anum_events_metadata - 1],
+								   oldslot->tts_isnull[Anum_events_metadata - 1]);
 		ExecClearTuple(newslot);
 		memcpy(newslot->tts_values, oldslot->tts_values, sizeof(Datum) * Natts_events);
 		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * Natts_events);
@@ -481,6 +491,7 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 			erase_window.open = false;
 		}
 		PG_END_TRY();
+		esrc_erase_cost_point(cost, work);
 	}
 	AfterTriggerEndQuery(estate);
 	EvalPlanQualEnd(&epq);
@@ -527,6 +538,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	ItemPointer todo;
 	int64		ntodo;
 	int64		nrows;
+	EsrcEraseCost cost;
 	Oid			session_user = GetSessionUserId();
 	Oid			current_user = GetUserId();
 
@@ -588,7 +600,12 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 			esrc_concurrent_append_error(stream);
 	}
 
-	redact_rows(rel, estate, rri, todo, ntodo, marker, snap);
+	redact_rows(rel, estate, rri, todo, ntodo, marker, snap, &cost);
+	ereport(DEBUG1,
+			(errmsg_internal("esrc.erase_stream: %lld events redacted, %lld naps",
+							 (long long) ntodo, (long long) cost.naps),
+			 errdetail_internal("Slept %.1f ms (esrc.erase_cost_delay = %d ms, esrc.erase_cost_limit = %d bytes).",
+								cost.slept_us / 1000.0, cost.delay_ms, cost.limit)));
 	PopActiveSnapshot();
 	esrc_free_write_estate(estate, rri);
 	table_close(rel, NoLock);
