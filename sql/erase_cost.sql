@@ -5,7 +5,9 @@
 -- an erase, and make the erase nap: with a limit of 1 byte every row
 -- naps, each nap at least 4 delays long (a row counts more than 4 limits),
 -- so an erase of n rows takes at least n * 4 * delay.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS esrc;
+RESET client_min_messages;
 \set SHOW_CONTEXT never
 
 SELECT name, setting, unit, context, vartype, min_val, max_val, boot_val
