@@ -21,10 +21,10 @@
  *	   (one page, BLCKSZ) for the new row version, its index entries and
  *	   its WAL record, plus the stored size of the data and metadata it
  *	   replaces (out-of-line values count their TOAST size: their chunks
- *	   are deleted).  Measured with bench/lifecycle/erase.sh, redacting a
- *	   row costs about as much CPU as deleting 6-11 kB of TOAST, so a page
- *	   per row keeps small and TOASTed events at about the same CPU per
- *	   byte of budget;
+ *	   are deleted).  Measured (unpaced erases of 300-byte, 4 kB and
+ *	   32 kB events), redacting a row costs about as much CPU as deleting
+ *	   6-11 kB of TOAST, so a page per row gives small and TOASTed events
+ *	   about the same CPU per byte of the limit;
  *	 - the nap: WaitLatch with a timeout, in a loop until the whole delay
  *	   has passed, CHECK_FOR_INTERRUPTS after every wake-up (a cancel or a
  *	   terminate ends the erase during a nap) and WL_EXIT_ON_PM_DEATH.

@@ -21,7 +21,8 @@
 #   3. the erase, in its own transaction, with the configuration's
 #      settings: off (esrc.erase_cost_delay = 0), default (the server's
 #      defaults) or DELAY/LIMIT (both set, e.g. 20ms/64kB);
-#   4. BENCH_SECONDS more without an erase, then pgbench is stopped.
+#   4. as long again as the erase took (at least BENCH_SECONDS) without an
+#      erase, then pgbench is stopped.
 # Appends are counted in the log by recorded_at (the clock at insert):
 # those during the erase, and those in the windows before and after it
 # (the baseline, measured in the same pgbench run).  Prints per run the
@@ -112,7 +113,7 @@ run() {  # round size config
             -c "SELECT esrc.erase_stream('$stream', 'bench')" \
             -c "SELECT extract(epoch FROM clock_timestamp())")
     read -r t_e0 n t_e1 <<<"$(echo $out)"
-    sleep "$secs"
+    sleep "$(python3 -c "print(max($secs, $t_e1 - $t_e0))")"
     t_a1=$(now)
     kill -TERM "$pgbench_pid" 2>/dev/null || true
     wait "$pgbench_pid" 2>/dev/null || true
@@ -150,7 +151,8 @@ for line in open(path):
     f = line.split()
     rows[(f[2], f[3])].append((float(f[7]), float(f[13]), float(f[15]), float(f[5])))
 print(f"bench/lifecycle/erase.sh: erase of {events} events, {clients} pgbench clients appending,"
-      f" baseline {secs} s before and after each erase, {len(next(iter(rows.values())))} rounds (medians)")
+      f" baseline {secs} s before and max({secs} s, the erase) after each erase,"
+      f" {len(next(iter(rows.values())))} rounds (medians)")
 for (size, config), v in rows.items():
     eps = statistics.median(x[0] for x in v)
     ratio = statistics.median(x[2] for x in v)
