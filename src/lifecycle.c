@@ -373,7 +373,7 @@ check_update_triggers(Relation rel)
  */
 static int64
 stream_rows(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
-			Snapshot snap, Datum marker, ItemPointer *todo, int64 *ntodo)
+			Snapshot snap, ItemPointer *todo, int64 *ntodo)
 {
 	ScanKeyData key;
 	IndexScanDesc scan;
@@ -395,7 +395,8 @@ stream_rows(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
 		(void) slot_getattr(slot, Anum_events_metadata, &metanull);
 		CHECK_FOR_INTERRUPTS();
 		nrows++;
-		if (!datanull && metanull && is_marker(data, marker))
+		/* raw sizes first: a TOASTed data is not fetched */
+		if (esrc_is_redacted(data, datanull, metanull))
 			continue;			/* redacted already */
 		if (*ntodo == cap)
 		{
@@ -576,8 +577,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	UpdateActiveSnapshotCommandId();
 	snap = GetActiveSnapshot();
 
-	nrows = stream_rows(rel, idx, scanslot, stream_datum, snap, marker,
-						&todo, &ntodo);
+	nrows = stream_rows(rel, idx, scanslot, stream_datum, snap, &todo, &ntodo);
 	if (nrows == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
