@@ -33,7 +33,10 @@
  *	   is refused even in a transaction that erased a stream;
  *	 - an erase and an append of the same stream serialize on append.c's
  *	   stream lock; the category lock is taken in ShareLock mode as an
- *	   append does, so create_snapshot/drop_snapshot do not run alongside.
+ *	   append does, so create_snapshot/drop_snapshot do not run alongside;
+ *	 - the redaction is paced by erasecost.c (esrc.erase_cost_delay,
+ *	   esrc.erase_cost_limit): it naps between slices holding all of the
+ *	   locks above, so appends to the erased stream wait for the naps too.
  *
  * The log is written as append.c writes it: index scans and the
  * executor's simple update (ExecSimpleRelationUpdate, with the row
