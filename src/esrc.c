@@ -69,6 +69,9 @@ _PG_init(void)
 							GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
+	/* the cost-based delay of erasure (erasecost.c) */
+	esrc_erase_cost_init();
+
 	/* the Kafka forwarder's GUCs and background worker */
 	esrc_forwarder_init();
 

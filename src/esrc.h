@@ -322,6 +322,32 @@ extern bool esrc_stream_erased(const char *stream, Snapshot snap,
 extern void esrc_check_not_erased(const char *stream, Snapshot snap, bool appending);
 
 /*
+ * erasecost.c: the cost-based delay of erasure (esrc.erase_cost_delay,
+ * esrc.erase_cost_limit).  A loop that redacts rows calls
+ * esrc_erase_cost_begin() once and esrc_erase_cost_point() after each row
+ * with the row's cost (esrc_erase_row_cost); it naps, interruptibly,
+ * holding whatever locks its caller holds.
+ */
+#define ESRC_DEFAULT_ERASE_COST_DELAY	2		/* ms */
+#define ESRC_DEFAULT_ERASE_COST_LIMIT	65536	/* bytes */
+#define ESRC_ERASE_ROW_COST				BLCKSZ	/* bytes counted per row */
+typedef struct EsrcEraseCost
+{
+	int			delay_ms;		/* esrc.erase_cost_delay at begin; 0 = off */
+	int			limit;			/* esrc.erase_cost_limit at begin, bytes */
+	int64		balance;		/* work since the last nap, bytes */
+	int64		naps;			/* naps taken */
+	int64		slept_us;		/* time spent in them */
+} EsrcEraseCost;
+extern int	esrc_erase_cost_delay_ms;
+extern int	esrc_erase_cost_limit;
+extern void esrc_erase_cost_init(void);
+extern void esrc_erase_cost_begin(EsrcEraseCost *cost);
+extern int64 esrc_erase_row_cost(Datum data, bool datanull, Datum metadata,
+								 bool metanull);
+extern void esrc_erase_cost_point(EsrcEraseCost *cost, int64 work);
+
+/*
  * lifecycle.c, shared with rules.c, crypto.c and scrub.c: run one SQL statement (SPI
  * connected) as owner, security-restricted, search_path pinned; record a
  * call in esrc.erasures; check the required reason of a life-cycle call.
@@ -357,7 +383,7 @@ extern int64 esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo,
 								   ItemPointerData **todo, int64 *ntodo,
 								   int64 *next_version);
 extern void esrc_redactor_redact(EsrcRedactor *r, ItemPointerData *todo,
-								 int64 ntodo, Snapshot snap);
+								 int64 ntodo, Snapshot snap, EsrcEraseCost *cost);
 extern void esrc_redactor_close(EsrcRedactor *r);
 
 /* rules.c: a stream's first visible version from esrc.stream_rules itself */

@@ -37,7 +37,10 @@
  *	   is refused even in a transaction that erased a stream;
  *	 - an erase and an append of the same stream serialize on append.c's
  *	   stream lock; the category lock is taken in ShareLock mode as an
- *	   append does, so create_snapshot/drop_snapshot do not run alongside.
+ *	   append does, so create_snapshot/drop_snapshot do not run alongside;
+ *	 - the redaction is paced by erasecost.c (esrc.erase_cost_delay,
+ *	   esrc.erase_cost_limit): it naps between slices holding all of the
+ *	   locks above, so appends to the erased stream wait for the naps too.
  *
  * The log is written as append.c writes it: index scans and the
  * executor's simple update (ExecSimpleRelationUpdate, with the row
@@ -382,7 +385,7 @@ check_update_triggers(Relation rel)
  */
 static int64
 stream_rows(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
-			int64 lo, int64 hi, int64 limit, Snapshot snap, Datum marker,
+			int64 lo, int64 hi, int64 limit, Snapshot snap,
 			ItemPointer *todo, int64 *ntodo, int64 *next_version)
 {
 	ScanKeyData keys[3];
@@ -419,7 +422,8 @@ stream_rows(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
 		if (next_version != NULL)
 			*next_version = DatumGetInt64(slot_getattr(slot, Anum_events_version,
 													   &isnull)) + 1;
-		if (!datanull && metanull && is_marker(data, marker))
+		/* raw sizes first: a TOASTed data is not fetched */
+		if (esrc_is_redacted(data, datanull, metanull))
 			continue;			/* redacted already */
 		if (*ntodo == cap)
 		{
@@ -458,11 +462,15 @@ stream_head(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
 /*
  * Redact the rows todo[0 .. ntodo - 1] of esrc.events, each with the
  * executor's simple update (row triggers fire as for an UPDATE), each in
- * its own erase window.
+ * its own erase window, napping as esrc.erase_cost_delay and
+ * esrc.erase_cost_limit say (erasecost.c) with every lock of the erase
+ * held; *cost says how often and how long.  cost NULL: no naps (the
+ * scavenger, whose slices are bounded by esrc.scavenge_max_events).
  */
 static void
 redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
-			ItemPointer todo, int64 ntodo, Datum marker, Snapshot snap)
+			ItemPointer todo, int64 ntodo, Datum marker, Snapshot snap,
+			EsrcEraseCost *cost)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *oldslot = ExecInitExtraTupleSlot(estate, desc,
@@ -475,14 +483,22 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 	estate->es_snapshot = snap;
 	esrc_epq_init(&epq, estate);
 	AfterTriggerBeginQuery();
+	if (cost != NULL)
+		esrc_erase_cost_begin(cost);
 	for (i = 0; i < ntodo; i++)
 	{
+		int64		work;
+
 		CHECK_FOR_INTERRUPTS();
 		if (!table_tuple_fetch_row_version(rel, &todo[i], snap, oldslot))
 			elog(ERROR, "event row (%u,%u) of esrc.events vanished during an erase",
 				 ItemPointerGetBlockNumber(&todo[i]),
 				 ItemPointerGetOffsetNumber(&todo[i]));
 		slot_getallattrs(oldslot);
+		work = esrc_erase_row_cost(oldslot->tts_values[Anum_events_data - 1],
+								   oldslot->tts_isnull[Anum_events_data - 1],
+								   oldslot->tts_values[Anum_events_metadata - 1],
+								   oldslot->tts_isnull[Anum_events_metadata - 1]);
 		ExecClearTuple(newslot);
 		memcpy(newslot->tts_values, oldslot->tts_values, sizeof(Datum) * Natts_events);
 		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * Natts_events);
@@ -506,6 +522,8 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 		}
 		PG_END_TRY();
 		ResetPerTupleExprContext(estate);
+		if (cost != NULL)
+			esrc_erase_cost_point(cost, work);
 	}
 	AfterTriggerEndQuery(estate);
 	EvalPlanQualEnd(&epq);
@@ -548,7 +566,7 @@ esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo, int64 hi,
 					  int64 *ntodo, int64 *next_version)
 {
 	return stream_rows(r->rel, r->idx, r->scanslot, stream, lo, hi, limit, snap,
-					   r->marker, todo, ntodo, next_version);
+					   todo, ntodo, next_version);
 }
 
 /*
@@ -557,17 +575,18 @@ esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo, int64 hi,
  * esrc_redactor_close(): the slots, the trigger functions' lookups and
  * the like it creates are kept in lists of the state, so they must not go
  * with a shorter context of the caller's (the scavenger resets one per
- * stream).
+ * stream).  cost: the pacing of redact_rows (NULL for none).
  */
 void
-esrc_redactor_redact(EsrcRedactor *r, ItemPointer todo, int64 ntodo, Snapshot snap)
+esrc_redactor_redact(EsrcRedactor *r, ItemPointer todo, int64 ntodo, Snapshot snap,
+					 EsrcEraseCost *cost)
 {
 	MemoryContext old;
 
 	if (ntodo == 0)
 		return;
 	old = MemoryContextSwitchTo(r->estate->es_query_cxt);
-	redact_rows(r->rel, r->estate, r->rri, todo, ntodo, r->marker, snap);
+	redact_rows(r->rel, r->estate, r->rri, todo, ntodo, r->marker, snap, cost);
 	MemoryContextSwitchTo(old);
 }
 
@@ -615,6 +634,7 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	ItemPointer todo;
 	int64		ntodo;
 	int64		nrows;
+	EsrcEraseCost cost;
 	Oid			session_user = GetSessionUserId();
 	Oid			current_user = GetUserId();
 
@@ -669,7 +689,12 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 			esrc_concurrent_append_error(stream);
 	}
 
-	esrc_redactor_redact(&red, todo, ntodo, snap);
+	esrc_redactor_redact(&red, todo, ntodo, snap, &cost);
+	ereport(DEBUG1,
+			(errmsg_internal("esrc.erase_stream: %lld events redacted, %lld naps",
+							 (long long) ntodo, (long long) cost.naps),
+			 errdetail_internal("Slept %.1f ms (esrc.erase_cost_delay = %d ms, esrc.erase_cost_limit = %d bytes).",
+								cost.slept_us / 1000.0, cost.delay_ms, cost.limit)));
 	PopActiveSnapshot();
 	esrc_redactor_close(&red);
 

@@ -358,7 +358,7 @@ visit_stream(EsrcRedactor *red, Oid owner, const char *stream, TimestampTz now,
 	limit = Min(budget, SCAVENGE_STREAM_BATCH);
 	(void) esrc_redactor_collect(red, stream_datum, mark, fv, limit, snap,
 								 &todo, &ntodo, &next);
-	esrc_redactor_redact(red, todo, ntodo, snap);
+	esrc_redactor_redact(red, todo, ntodo, snap, NULL);
 	UnregisterSnapshot(snap);
 	pfree(todo);
 	res->events_redacted += ntodo;
