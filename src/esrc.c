@@ -97,8 +97,9 @@ esrc_shmem_size(void)
 static Size
 esrc_shmem_extra_size(void)
 {
-	return add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
-					esrc_projection_shmem_size());
+	return add_size(add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
+							 esrc_projection_shmem_size()),
+					esrc_forwarder_shmem_size());
 }
 
 static void
@@ -120,13 +121,8 @@ esrc_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	esrc_shared = ShmemInitStruct("esrc", esrc_shmem_size(), &found);
-	if (!found)
-	{
-		pg_atomic_init_u32(&esrc_shared->forwarder_procno, 0);
-		esrc_shared->forwarder_dbid = InvalidOid;
-		esrc_forwarder_shmem_init();
-	}
 	esrc_order_shmem_init(found);
+	esrc_forwarder_shmem_init();
 	esrc_wait_shmem_init();
 	esrc_lease_shmem_init();
 	esrc_projection_shmem_init();
