@@ -148,7 +148,17 @@ split_databases(const char *value, bool *all)
 	copy = pstrdup(value);
 	if (!SplitIdentifierString(copy, ',', &names))
 		return NULL;
-	return names;
+	{
+		/* names of their own: the list points into copy */
+		List	   *own = NIL;
+		ListCell   *lc;
+
+		foreach(lc, names)
+			own = lappend(own, pstrdup((const char *) lfirst(lc)));
+		list_free(names);
+		pfree(copy);
+		return own;
+	}
 }
 
 static bool
