@@ -774,8 +774,8 @@ account_batch(Batch *b, instr_time sent)
 /*
  * The served database is not UTF8: Kafka records are JSON labelled
  * application/json and carry the stream in headers, all of it UTF-8, so
- * nothing is sent.  Waits (serving reloads: a new esrc.database restarts
- * the worker) and never returns.
+ * nothing is sent.  Waits (serving reloads: the launcher stops us when the
+ * database leaves esrc.databases) and never returns.
  */
 static void
 refuse_database_encoding(void)
@@ -1058,6 +1058,12 @@ esrc_forwarder_main(Datum main_arg)
 				continue;
 			}
 			said_no_extension = false;
+			if (!fwd_slot->has_extension)
+			{
+				fwd_status_write_begin(fwd_slot);
+				fwd_slot->has_extension = true;
+				fwd_status_write_end(fwd_slot);
+			}
 
 			if (kafka == NULL || fwd_position < 0)
 			{

@@ -115,6 +115,7 @@ typedef struct EsrcForwarderShared
 	pg_atomic_uint32 dbid;		/* Oid of the database it serves */
 	bool		in_use;			/* given to a worker by the launcher */
 	bool		idle_exit;		/* the worker left: no esrc there ('*') */
+	bool		has_extension;	/* the worker found esrc there */
 	char		database[NAMEDATALEN];	/* database the worker serves */
 	int			state;			/* EsrcForwarderState */
 	int			pid;			/* worker pid, 0 = no worker */

@@ -300,8 +300,7 @@ start_worker(FwdDb *db)
 	{
 		if (!warned_full)
 			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("esrc forwarder launcher: no forwarder for database \"%s\": esrc.max_forwarders (%d) are running",
+					(errmsg("esrc forwarder launcher: no forwarder for database \"%s\": esrc.max_forwarders (%d) are running",
 							db->name, fwd_shared->nslots),
 					 errhint("Raise esrc.max_forwarders (and max_worker_processes) and restart the server.")));
 		warned_full = true;
@@ -312,6 +311,7 @@ start_worker(FwdDb *db)
 	fwd_status_write_begin(f);
 	f->in_use = true;
 	f->idle_exit = false;
+	f->has_extension = false;
 	strlcpy(f->database, db->name, sizeof(f->database));
 	f->state = FWD_STARTING;
 	f->state_since = 0;
@@ -346,8 +346,7 @@ start_worker(FwdDb *db)
 		free_slot(slot);
 		if (!warned_full)
 			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("esrc forwarder launcher: could not start the forwarder of database \"%s\"",
+					(errmsg("esrc forwarder launcher: could not start the forwarder of database \"%s\"",
 							db->name),
 					 errhint("Raise max_worker_processes.")));
 		warned_full = true;

@@ -519,8 +519,8 @@ esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
 	for (i = 0; i < fwd_shared->nslots; i++)
 	{
 		status_read(&fwd_shared->slots[i], &copies[i]);
-		/* under '*' a worker that found no esrc is about to leave */
-		if (copies[i].in_use && copies[i].state != FWD_NO_EXTENSION)
+		/* under '*', only where the worker found esrc (the others leave) */
+		if (copies[i].in_use && copies[i].has_extension)
 			order[nused++] = &copies[i];
 	}
 

@@ -12,6 +12,10 @@
 #      untouched), its events wait; put back, they are forwarded;
 #   4. load again; kill -9 of ops's worker: PostgreSQL restarts the whole
 #      cluster (crash recovery of the postmaster), every worker with it;
+#   5. esrc.databases = '*': the three keep their workers, databases with
+#      esrc join (one created later too), those without esrc and ghost
+#      have no row; a copy of a database with esrc (same log_id) is
+#      refused until it gets a log_id of its own;
 #   then a read_committed consumer finds each database's events in its
 #   own topics exactly once, encoded as specified (test/forward/check.py).
 set -euo pipefail
@@ -148,6 +152,39 @@ all_new() {
 expect "every worker is new after the crash restart" all_new
 for db in $DBS; do wait_forwarded_in "$db" || status=1; done
 
+log "5. esrc.databases = '*'; a copied database (same log_id)"
+sql_in postgres "CREATE DATABASE tmpl" >/dev/null
+sql_in tmpl "CREATE EXTENSION esrc" >/dev/null
+sql_in postgres "CREATE DATABASE twin TEMPLATE tmpl" >/dev/null
+sql_in postgres "CREATE DATABASE plain" >/dev/null
+p_three="$(worker_pid app) $(worker_pid billing) $(worker_pid ops)"
+sql_in app "ALTER SYSTEM SET esrc.databases = '*'" >/dev/null
+sql_in app "SELECT pg_reload_conf()" >/dev/null
+deadline=$((SECONDS + 60))
+until [ "$(sql_in app "SELECT count(*) FROM esrc.forwarder_status WHERE database IN ('tmpl', 'twin') AND pid IS NOT NULL")" = 2 ] ||
+    [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+sleep 3
+rows=$(sql_in app "SELECT string_agg(database || '=' || state || ':' || coalesce(last_error, ''), ' ' ORDER BY database) FROM esrc.forwarder_status")
+log "   $rows"
+expect "the three kept their workers across the switch to '*'" \
+    test "$(worker_pid app) $(worker_pid billing) $(worker_pid ops)" = "$p_three"
+expect "rows: the databases with esrc only (no ghost, plain, postgres)" \
+    test "$(sql_in app "SELECT string_agg(database, ',' ORDER BY database) FROM esrc.forwarder_status")" = "app,billing,ops,tmpl,twin"
+expect "the copy with the same log_id does not forward (state error, named)" \
+    test "$(sql_in app "SELECT count(*) FROM esrc.forwarder_status WHERE database IN ('tmpl', 'twin')
+                        AND state = 'error' AND last_error LIKE '%has the same log_id as database%'")" -ge 1
+sql_in twin "UPDATE esrc.forwarder_state SET log_id = gen_random_uuid(), position = 0" >/dev/null
+sql_in twin "SELECT esrc.append('acct-twin', 'Opened', '{}')" >/dev/null
+sql_in tmpl "SELECT esrc.append('acct-tmpl', 'Opened', '{}')" >/dev/null
+wait_running tmpl twin || status=1
+wait_forwarded_in twin || status=1
+wait_forwarded_in tmpl || status=1
+sql_in postgres "CREATE DATABASE late" >/dev/null
+sql_in late "CREATE EXTENSION esrc" >/dev/null
+wait_running late || status=1
+expect "a database created later with esrc is forwarded (within the launcher's scan)" \
+    test "$(col state late)" = running
+
 log "exactly once per database, each in its own topics"
 for db in $DBS; do
     FWD_DB=$db fwd_dump_events "$dir/events-$db.jsonl"
@@ -167,7 +204,7 @@ for db in $DBS; do
     fi
 done
 expect "no topic of another shape (every topic is esrc.<app|billing|ops>.<category>)" \
-    eval '! fwd_topics | grep -vqE "^esrc\.(app|billing|ops)\.(acct|order)$"'
+    eval '! fwd_topics | grep -vqE "^esrc\.(app|billing|ops|tmpl|twin)\.(acct|order)$"'
 
 if [ $status -ne 0 ]; then
     grep -E "esrc forwarder|ERROR|FATAL|PANIC" "$dir/pg/server.log" | tail -40 >&2
