@@ -536,7 +536,7 @@ esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
 		/* esrc is installed here (the view is), so it is forwarded */
 		if (!mine)
 			workerless_row(rsinfo, mydb, paused);
-		PG_RETURN_NULL();
+		return (Datum) 0;
 	}
 
 	foreach(lc, names)
@@ -564,5 +564,5 @@ esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
 					"esrc.databases does not list this database: its events are not forwarded.",
 					NULL, paused);
 	}
-	PG_RETURN_NULL();
+	return (Datum) 0;
 }
