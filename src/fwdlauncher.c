@@ -299,7 +299,7 @@ start_worker(FwdDb *db)
 	if (f == NULL)
 	{
 		if (!warned_full)
-			ereport(WARNING,
+			ereport(LOG,
 					(errmsg("esrc forwarder launcher: no forwarder for database \"%s\": esrc.max_forwarders (%d) are running",
 							db->name, fwd_shared->nslots),
 					 errhint("Raise esrc.max_forwarders (and max_worker_processes) and restart the server.")));
@@ -345,7 +345,7 @@ start_worker(FwdDb *db)
 		handles[slot] = NULL;
 		free_slot(slot);
 		if (!warned_full)
-			ereport(WARNING,
+			ereport(LOG,
 					(errmsg("esrc forwarder launcher: could not start the forwarder of database \"%s\"",
 							db->name),
 					 errhint("Raise max_worker_processes.")));

@@ -30,7 +30,9 @@ DBS="app billing ops"
 
 KAFKA_NUM_PARTITIONS=3 fwd_start_kafka "$dir/kafka"
 FWD_DB=app
+# room for the launchers, up to 7 forwarders and the projections' probes
 fwd_start_pg "$dir/pg" \
+    "max_worker_processes = 24" \
     "esrc.databases = 'app, billing, ops, ghost'" \
     "esrc.kafka_topic = 'esrc.{database}.{category}'"
 
