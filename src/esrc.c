@@ -7,8 +7,9 @@
  * registry that makes read_all() commit-safe (order.c) and the Kafka
  * forwarder live in shared memory that only the postmaster can allocate.
  * This file owns EsrcSharedState and hands the inflight[] part of it to
- * order.c.  GUCs are declared here, except the forwarder's, which
- * fwdconf.c defines (with its worker) from esrc_forwarder_init().
+ * order.c; the forwarders' status slots are fwdstatus.c's own struct.
+ * GUCs are declared here, except the forwarder's, which fwdconf.c
+ * defines (with its launcher) from esrc_forwarder_init().
  *
  *-------------------------------------------------------------------------
  */

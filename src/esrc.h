@@ -7,9 +7,10 @@
  * registry of in-flight appends and the safe read horizon; append.c owns
  * the version-checked write path; read.c owns the read functions and
  * the index scans of the log;
- * forwarder.c owns the Kafka forwarder's background worker, with its
- * GUCs in fwdconf.c, its reads in fwdread.c and its status in
- * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
+ * forwarder.c owns the Kafka forwarder's background worker (one per
+ * forwarded database, started by fwdlauncher.c), with its GUCs in
+ * fwdconf.c, its reads in fwdread.c and its status slots in fwdstatus.c
+ * (forwarder.h), and the librdkafka glue in kafka.c;
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
  * esrc.delete_stream()) and the cache the read paths apply them from.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Forwarding several databases (esrc.databases, one worker each, started
 # by the forwarders' launcher), against a real broker with 3 partitions:
-# esrc.databases = 'app, billing, ops, ghost' (ghost does not exist) and
+# esrc.databases = 'app, billing, ops, ghost, bare' (ghost does not
+# exist, bare has no esrc) and
 # esrc.kafka_topic = 'esrc.{database}.{category}'.
 #   1. billing and ops are created after the start (no reload): the
 #      launcher notices them; esrc.forwarder_status shows every row from
-#      any database, ghost as "no database";
+#      any database, ghost as "no database", bare as "no extension";
 #   2. load in all three; SIGTERM of billing's worker: the others keep
 #      their pids and keep forwarding, billing's comes back;
 #   3. SIGHUP: ops dropped from the list, its worker stops (the others
@@ -33,7 +34,7 @@ FWD_DB=app
 # room for the launchers, up to 7 forwarders and the projections' probes
 fwd_start_pg "$dir/pg" \
     "max_worker_processes = 24" \
-    "esrc.databases = 'app, billing, ops, ghost'" \
+    "esrc.databases = 'app, billing, ops, ghost, bare'" \
     "esrc.kafka_topic = 'esrc.{database}.{category}'"
 
 sql_in() { psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$1" -qAt -v ON_ERROR_STOP=1 -c "$2"; }
@@ -82,6 +83,7 @@ finish_load() { local p; for p in $loads; do wait "$p" || true; done; }
 delivered() { col delivered_total "$1"; }
 
 log "1. billing and ops created after the start, no reload"
+sql_in postgres "CREATE DATABASE bare" >/dev/null
 for db in billing ops; do
     sql_in postgres "CREATE DATABASE $db" >/dev/null
     sql_in "$db" "CREATE EXTENSION esrc" >/dev/null
@@ -89,10 +91,14 @@ done
 wait_running app billing ops || status=1
 expect "ghost: state 'no database' with the error, seen from ops" \
     test "$(col "state || '|' || last_error" ghost ops)" = 'no database|database "ghost" does not exist'
+deadline=$((SECONDS + 30))
+until [ "$(col state bare)" = "no extension" ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+expect "bare: state 'no extension' with the error, seen from app" \
+    test "$(col "state || '|' || last_error" bare app)" = 'no extension|extension esrc is not installed in database "bare"'
 expect "every configured database has its row, seen from billing" \
-    test "$(sql_in billing "SELECT string_agg(database, ',' ORDER BY database) FROM esrc.forwarder_status")" = "app,billing,ghost,ops"
+    test "$(sql_in billing "SELECT string_agg(database, ',' ORDER BY database) FROM esrc.forwarder_status")" = "app,bare,billing,ghost,ops"
 expect "other databases' rows have no pending count" \
-    test "$(sql_in app "SELECT count(*) FROM esrc.forwarder_status WHERE events_pending IS NULL")" = 3
+    test "$(sql_in app "SELECT count(*) FROM esrc.forwarder_status WHERE events_pending IS NULL")" = 4
 
 log "2. load in all three; SIGTERM of billing's worker"
 load_all 8
@@ -116,7 +122,7 @@ expect "app and ops still have the same workers after the load" \
 
 log "3. SIGHUP: ops leaves the list, then comes back"
 p_billing=$(worker_pid billing)
-sql_in app "ALTER SYSTEM SET esrc.databases = 'app, billing, ghost'" >/dev/null
+sql_in app "ALTER SYSTEM SET esrc.databases = 'app, billing, ghost, bare'" >/dev/null
 sql_in app "SELECT pg_reload_conf()" >/dev/null
 deadline=$((SECONDS + 30))
 until [ -z "$(worker_pid ops)" ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
@@ -127,7 +133,7 @@ expect "ops's own row says inactive, app's list has no ops" \
 sql_in ops "SELECT esrc.append('acct-waiting', 'Opened', '{}')" >/dev/null
 sleep 1
 expect "ops's new event waits" test "$(col events_pending ops ops)" = 1
-sql_in app "ALTER SYSTEM SET esrc.databases = 'app, billing, ops, ghost'" >/dev/null
+sql_in app "ALTER SYSTEM SET esrc.databases = 'app, billing, ops, ghost, bare'" >/dev/null
 sql_in app "SELECT pg_reload_conf()" >/dev/null
 wait_running app billing ops || status=1
 wait_forwarded_in ops || status=1
@@ -170,7 +176,7 @@ rows=$(sql_in app "SELECT string_agg(database || '=' || state || ':' || coalesce
 log "   $rows"
 expect "the three kept their workers across the switch to '*'" \
     test "$(worker_pid app) $(worker_pid billing) $(worker_pid ops)" = "$p_three"
-expect "rows: the databases with esrc only (no ghost, plain, postgres)" \
+expect "rows: the databases with esrc only (no ghost, bare, plain, postgres)" \
     test "$(sql_in app "SELECT string_agg(database, ',' ORDER BY database) FROM esrc.forwarder_status")" = "app,billing,ops,tmpl,twin"
 expect "the copy with the same log_id does not forward (state error, named)" \
     test "$(sql_in app "SELECT count(*) FROM esrc.forwarder_status WHERE database IN ('tmpl', 'twin')
