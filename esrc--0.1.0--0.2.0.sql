@@ -533,7 +533,7 @@ CREATE TABLE esrc.stream_rules (
     CONSTRAINT stream_rules_hard_check CHECK (NOT hard_deleted OR truncate_before IS NOT NULL)
 );
 COMMENT ON TABLE esrc.stream_rules IS
-    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored.  Written by esrc.set_stream_rules and esrc.delete_stream.';
+    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored until esrc.scavenge redacts them.  Written by esrc.set_stream_rules and esrc.delete_stream.';
 COMMENT ON COLUMN esrc.stream_rules.truncate_before IS 'Versions below it are hidden (null: no such rule).';
 COMMENT ON COLUMN esrc.stream_rules.max_count IS 'All but the last max_count versions of the stream at read time are hidden (null: no such rule).';
 COMMENT ON COLUMN esrc.stream_rules.max_age IS 'Every version up to the last one recorded before statement_timestamp() - max_age is hidden (null: no such rule).';
@@ -768,3 +768,150 @@ REVOKE ALL ON FUNCTION esrc.forwarder_worker_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.forwarder_worker_status() TO esrc_reader;
 COMMENT ON FUNCTION esrc.forwarder_pause() IS
     'Stop forwarding (every database''s forwarder) after the batch in hand, until esrc.forwarder_resume() or a server restart; appends are not affected.';
+
+-- esrc.erasures records the scavenger's slices too (what = 'scavenge',
+-- no stream).
+ALTER TABLE esrc.erasures ALTER COLUMN stream DROP NOT NULL;
+ALTER TABLE esrc.erasures DROP CONSTRAINT erasures_what_check;
+ALTER TABLE esrc.erasures ADD CONSTRAINT erasures_what_check
+    CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream', 'forget_subject', 'scavenge'));
+ALTER TABLE esrc.erasures ADD CONSTRAINT erasures_stream_check
+    CHECK (stream IS NOT NULL OR what = 'scavenge');
+COMMENT ON TABLE esrc.erasures IS
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream, esrc.forget_subject, esrc.scavenge and its worker), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules, delete_stream, forget_subject or scavenge.';
+COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, deleted or given rules, or the subject forgotten; null for a scavenge, which spans streams.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0; forget_subject: keys destroyed (1, or 0: forgotten already); scavenge: events redacted by the slice.';
+COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); scavenge: streams_visited, streams_redacted and pass_done of the slice; erase_stream and forget_subject: null.';
+
+------------------------------------------------------------------------
+-- The scavenger (src/scavenge.c, docs/lifecycle.md): esrc.scavenge
+-- redacts in place, as esrc.erase_stream does, the events that stream
+-- rules hide, a bounded slice per call (pg_cron), or every
+-- esrc.scavenge_interval in a background worker.  Its position and totals
+-- are in esrc.scavenge_progress (one row), and per stream the version
+-- below which every event is redacted in esrc.scavenge_streams; both are
+-- written by the scavenger alone (as the tables' owner) and not dumped (a
+-- restored database starts a new pass).  EXECUTE (esrc_admin) is the check.
+------------------------------------------------------------------------
+CREATE TABLE esrc.scavenge_progress (
+    id                     integer     NOT NULL DEFAULT 1,
+    resume_after           text,
+    pass_started_at        timestamptz,
+    passes_completed       bigint      NOT NULL DEFAULT 0,
+    streams_visited        bigint      NOT NULL DEFAULT 0,
+    events_redacted        bigint      NOT NULL DEFAULT 0,
+    last_run_at            timestamptz,
+    last_run_events        bigint,
+    last_pass_completed_at timestamptz,
+    CONSTRAINT scavenge_progress_pkey PRIMARY KEY (id),
+    CONSTRAINT scavenge_progress_id_check CHECK (id = 1)
+);
+COMMENT ON TABLE esrc.scavenge_progress IS
+    'The position and totals of esrc.scavenge: one row.  Written by the scavenger only.';
+COMMENT ON COLUMN esrc.scavenge_progress.resume_after IS 'The last stream of esrc.stream_rules the current pass finished (null: the pass starts at the first).';
+COMMENT ON COLUMN esrc.scavenge_progress.pass_started_at IS 'Start of the transaction of the current pass''s first slice (null: no pass in progress).';
+COMMENT ON COLUMN esrc.scavenge_progress.passes_completed IS 'Passes that reached the end of esrc.stream_rules.';
+COMMENT ON COLUMN esrc.scavenge_progress.streams_visited IS 'Streams with rules looked at, in all slices.';
+COMMENT ON COLUMN esrc.scavenge_progress.events_redacted IS 'Events redacted, in all slices.';
+COMMENT ON COLUMN esrc.scavenge_progress.last_run_at IS 'Start of the transaction of the last slice.';
+COMMENT ON COLUMN esrc.scavenge_progress.last_run_events IS 'Events the last slice redacted.';
+COMMENT ON COLUMN esrc.scavenge_progress.last_pass_completed_at IS 'Start of the transaction of the slice that completed the last pass.';
+
+CREATE TABLE esrc.scavenge_streams (
+    stream         text        NOT NULL,
+    redacted_below bigint      NOT NULL CHECK (redacted_below >= 0),
+    scavenged_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT scavenge_streams_pkey PRIMARY KEY (stream)
+);
+COMMENT ON TABLE esrc.scavenge_streams IS
+    'Per stream the scavenger has redacted events of: every version below redacted_below is redacted, so the next pass starts there.  Written by the scavenger only.';
+COMMENT ON COLUMN esrc.scavenge_streams.redacted_below IS 'Every version of the stream below it is redacted.';
+COMMENT ON COLUMN esrc.scavenge_streams.scavenged_at IS 'Start of the transaction that last moved redacted_below.';
+
+REVOKE ALL ON esrc.scavenge_progress, esrc.scavenge_streams FROM PUBLIC;
+GRANT SELECT ON esrc.scavenge_progress, esrc.scavenge_streams TO esrc_admin;
+
+CREATE FUNCTION esrc.scavenge(max_events integer DEFAULT 10000)
+    RETURNS TABLE (streams_visited bigint, streams_redacted bigint, events_redacted bigint,
+                   done boolean, pass_started_at timestamptz, resume_after text)
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_scavenge';
+COMMENT ON FUNCTION esrc.scavenge(integer) IS
+    'Redact in place (as esrc.erase_stream) at most max_events events that stream rules hide, looking at at most max_events streams; resumes the current pass over esrc.stream_rules; records the call in esrc.erasures if it redacted anything.  One row: what it did, done when the pass reached its end.';
+REVOKE ALL ON FUNCTION esrc.scavenge(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.scavenge(integer) TO esrc_admin;
+
+-- Metrics (src/sql/60_metrics.sql)
+
+-- Part of the esrc install script (see Makefile): metrics for monitoring
+-- (src/metrics.c, docs/operations.md "Metrics").
+
+------------------------------------------------------------------------
+-- Counters kept in shared memory per database since the server started
+-- (they start at 0 again after a restart), and the view esrc.metrics that
+-- shows them, with the forwarder's gauges, one row per figure, for
+-- Prometheus (examples/postgres_exporter/queries.yaml).
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.metrics_counters()
+    RETURNS TABLE (database name, appends bigint, events bigint, conflicts bigint,
+                   idempotent_hits bigint, forwarded bigint, forwarder_batches bigint,
+                   forwarder_errors bigint)
+    LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED
+    AS 'MODULE_PATHNAME', 'esrc_metrics_counters';
+COMMENT ON FUNCTION esrc.metrics_counters() IS
+    'The counters of esrc.metrics for every database that counted something since the server started (databases past the 63rd share the row "(other)"); use the view esrc.metrics.';
+REVOKE ALL ON FUNCTION esrc.metrics_counters() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.metrics_counters() TO esrc_reader;
+
+CREATE VIEW esrc.metrics AS
+    WITH c AS (
+        SELECT coalesce(m.appends, 0) AS appends,
+               coalesce(m.events, 0) AS events,
+               coalesce(m.conflicts, 0) AS conflicts,
+               coalesce(m.idempotent_hits, 0) AS idempotent_hits,
+               coalesce(m.forwarded, 0) AS forwarded,
+               coalesce(m.forwarder_batches, 0) AS forwarder_batches,
+               coalesce(m.forwarder_errors, 0) AS forwarder_errors
+          FROM (SELECT pg_catalog.current_database() AS database) d
+          LEFT JOIN esrc.metrics_counters() m ON m.database = d.database),
+    -- the one place that reads esrc.forwarder_status: this database's row,
+    -- when the forwarder serves it
+    f AS (
+        SELECT s.events_pending, s.lag_seconds
+          FROM esrc.forwarder_status s
+         WHERE s.database = pg_catalog.current_database()
+           AND s.state <> 'inactive')
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()) AS labels,
+           v.value, v.help
+      FROM c, LATERAL (VALUES
+        ('esrc_appends_total', c.appends::double precision,
+         'Calls of esrc.append and esrc.append_batch that wrote events, counted at commit.'),
+        ('esrc_events_total', c.events::double precision,
+         'Events those calls wrote, counted at commit.'),
+        ('esrc_conflicts_total', c.conflicts::double precision,
+         'Appends refused with SQLSTATE 40001 by their version check (expected_version, or a concurrent append at REPEATABLE READ).'),
+        ('esrc_idempotent_hits_total', c.idempotent_hits::double precision,
+         'Appends answered from event ids already stored (retries), counted at commit.'),
+        ('esrc_forwarded_total', c.forwarded::double precision,
+         'Events the forwarder delivered to Kafka.'),
+        ('esrc_forwarder_batches_total', c.forwarder_batches::double precision,
+         'Batches the forwarder delivered to Kafka (Kafka transactions in exactly_once mode).'),
+        ('esrc_forwarder_errors_total', c.forwarder_errors::double precision,
+         'Failures the forwarder reported (Kafka unreachable, refused configuration, poison record), each retry that fails included.')
+      ) v(name, value, help)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()),
+           v.value, v.help
+      FROM f, LATERAL (VALUES
+        ('esrc_forwarder_pending_events', f.events_pending::double precision,
+         'Committed events the forwarder has not delivered yet.'),
+        ('esrc_forwarder_lag_seconds', coalesce(f.lag_seconds, 0)::double precision,
+         'Seconds since the oldest pending event was recorded; 0 when nothing is pending.')
+      ) v(name, value, help);
+COMMENT ON VIEW esrc.metrics IS
+    'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started and the forwarder''s gauges (only where the forwarder serves this database).';
+COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
+COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}.';
+COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
+GRANT SELECT ON esrc.metrics TO esrc_reader;

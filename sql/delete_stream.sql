@@ -1,8 +1,10 @@
--- esrc.delete_stream(stream, reason, hard DEFAULT false) hides every event
--- of a stream (truncate_before becomes its version + 1).  A soft delete
--- lets later appends continue at the next version, visible; a hard delete
--- refuses every later append, for good (55000).  Both are recorded in
--- esrc.erasures.
+-- esrc.delete_stream(stream, reason, hard DEFAULT false) appends the
+-- stream's tombstone (an esrc.deleted event, data {"hard": ...}) at its next
+-- version and hides every event before it (truncate_before becomes the
+-- tombstone's version), so the stream reads as just the tombstone.  A soft
+-- delete lets later appends continue after the tombstone, visible; a hard
+-- delete refuses every later append, for good (55000).  Both are recorded
+-- in esrc.erasures.
 CREATE EXTENSION IF NOT EXISTS esrc;
 \set SHOW_CONTEXT never
 SELECT count(*) FROM (SELECT esrc.append('del-' || s, 'E', jsonb_build_object('i', g))
@@ -13,6 +15,10 @@ CREATE OR REPLACE FUNCTION versions(s text) RETURNS text LANGUAGE sql AS
 -- soft delete: returns the number of events hidden
 SELECT esrc.delete_stream('del-1', 'customer left');
 SELECT versions('del-1'), esrc.stream_version('del-1');
+SELECT version, type, data, metadata FROM esrc.read_stream('del-1');
+-- deleting again with nothing appended adds no second tombstone
+SELECT esrc.delete_stream('del-1', 'customer left, retried');
+SELECT versions('del-1');
 SELECT count(*) FROM esrc.read_category('del') WHERE stream = 'del-1';
 SELECT count(*) FROM esrc.read_all() WHERE stream = 'del-1';
 SELECT count(*) FROM esrc.read_stream_backward('del-1');
@@ -20,7 +26,7 @@ SELECT count(*) FROM esrc.read_stream_backward('del-1');
 SELECT count(*) FROM esrc.events WHERE stream = 'del-1';
 -- a later append continues at the next version and is visible
 SELECT esrc.append('del-1', 'E', '{"back": true}');
-SELECT esrc.append('del-1', 'E', '{}', expected_version => 5);
+SELECT esrc.append('del-1', 'E', '{}', expected_version => 6);
 SELECT versions('del-1');
 -- deleting again hides them too
 SELECT esrc.delete_stream('del-1', 'left again');
@@ -32,6 +38,7 @@ SELECT versions('del-1');
 -- hard delete: everything hidden, every later append refused
 SELECT esrc.delete_stream('del-2', 'fraud', hard => true);
 SELECT versions('del-2');
+SELECT version, type, data FROM esrc.read_stream('del-2');
 SELECT esrc.append('del-2', 'E', '{}');
 SELECT esrc.append_batch('del-2', '[{"type": "E", "data": {}}]');
 SELECT esrc.append('del-2', 'E', '{}', expected_version => 4);

@@ -1,8 +1,10 @@
 -- esrc.erase_stream(stream, reason) redacts every event of a stream in
 -- place: data becomes {"erased": true} and metadata null, while position,
--- stream, version, type, id, recorded_at and category stay.  It removes the
--- stream's rows from the snapshot tables of its category and records the
--- call in esrc.erasures, all in the caller's transaction.
+-- stream, version, type, id, recorded_at and category stay.  It appends
+-- the stream's tombstone (type esrc.erased, data {"erased": true}, metadata
+-- null) at the next version, removes the stream's rows from the snapshot
+-- tables of its category and records the call in esrc.erasures, all in the
+-- caller's transaction.
 CREATE EXTENSION IF NOT EXISTS esrc;
 \set SHOW_CONTEXT never
 SELECT esrc.append('erasure-1', 'Opened', '{"name": "Alice"}', '{"ip": "192.0.2.1"}',
@@ -100,11 +102,12 @@ SELECT esrc.erase_stream('erasure-1', 'second request');
 SELECT events, reason FROM esrc.erasures WHERE stream = 'erasure-1' ORDER BY id;
 
 -- events loaded into the log after an erasure, other than by esrc.append
--- (here a superuser's INSERT), are redacted by the next erase; meanwhile
--- an append is refused by the snapshot trigger (55000, not XX001), and the
--- rebuild skips the stream
+-- (here a superuser's INSERT, after the tombstone at version 3), are
+-- redacted by the next erase, which appends no second tombstone (the
+-- stream is erased already); meanwhile an append is refused by the
+-- snapshot trigger (55000, not XX001), and the rebuild skips the stream
 INSERT INTO esrc.events (position, stream, version, type, data, id, recorded_at, category)
-VALUES (nextval('esrc.position_seq'), 'erasure-1', 3, 'Reopened', '{"name": "A."}',
+VALUES (nextval('esrc.position_seq'), 'erasure-1', 4, 'Reopened', '{"name": "A."}',
         gen_random_uuid(), now(), 'erasure');
 \set VERBOSITY terse
 SELECT esrc.append('erasure-1', 'Reopened', '{"name": "A."}');

@@ -4,7 +4,9 @@
  *	  The write path: esrc.append() and esrc.append_batch().
  *
  * An append, in order:
- *	 1. checks its input (nothing is locked or written for bad input);
+ *	 1. checks its input (nothing is locked or written for bad input), event
+ *		types that begin with "esrc." included: those are esrc's own system
+ *		events (22023; esrc.h), which only esrc_append_system_event writes;
  *	 2. takes the stream lock, a transaction-scoped heavyweight lock on a
  *		64-bit hash of the stream name (an advisory lock tag in a key space
  *		of its own, see ESRC_STREAM_LOCK_SPACE).  Appends to one stream
@@ -17,7 +19,9 @@
  *	 4. refuses a stream erased by esrc.erase_stream (55000; lifecycle.c),
  *		then checks expected_version (SQLSTATE 40001 on a mismatch);
  *	 5. inserts the events with consecutive versions head+1, head+2, ...,
- *		taking global positions from order.c.
+ *		taking global positions from order.c;
+ *	 6. counts the call for esrc.metrics (metrics.c: at commit; a
+ *		conflict at once).
  *
  * Invariants kept: (stream, version) is unique and gap-free within a
  * stream (the lock makes version head+1 the only one that can be written
@@ -152,6 +156,43 @@ check_stream(text *value)
 				 errmsg("stream name must not start with \"-\""),
 				 errdetail("The category of a stream is the part of its name before the first \"-\", and it must not be empty.")));
 	return stream;
+}
+
+/*
+ * Event types that begin with "esrc." are esrc's own (the tombstones of
+ * esrc.erase_stream and esrc.delete_stream, esrc.h): a user's append of
+ * one is refused, so that no user event can pass for a tombstone (the
+ * Kafka forwarder sends those with a null value).
+ */
+bool
+esrc_is_system_type(const char *type, int len)
+{
+	int			plen = strlen(ESRC_RESERVED_TYPE_PREFIX);
+
+	return len >= plen && memcmp(type, ESRC_RESERVED_TYPE_PREFIX, plen) == 0;
+}
+
+/* Is type (len bytes) the type of a tombstone (esrc.erased, esrc.deleted)? */
+bool
+esrc_is_tombstone_type(const char *type, int len)
+{
+	return (len == strlen(ESRC_TYPE_ERASED) &&
+			memcmp(type, ESRC_TYPE_ERASED, len) == 0) ||
+		(len == strlen(ESRC_TYPE_DELETED) &&
+		 memcmp(type, ESRC_TYPE_DELETED, len) == 0);
+}
+
+static char *
+check_user_type(char *type, const char *what)
+{
+	if (esrc_is_system_type(type, strlen(type)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s \"%s\" is reserved", what, type),
+				 errdetail("Event types that begin with \"%s\" are esrc's own (the tombstones of esrc.erase_stream and esrc.delete_stream).",
+						   ESRC_RESERVED_TYPE_PREFIX),
+				 errhint("Use another event type.")));
+	return type;
 }
 
 static void
@@ -769,12 +810,53 @@ insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
 }
 
 /*
+ * Is the head event of stream (as snap sees it) already an event of this
+ * type with this data?  For esrc_append_system_event: a second
+ * delete_stream with nothing appended in between adds no second tombstone.
+ */
+static bool
+head_is_event(EventLog *log, text *stream, Snapshot snap, const char *type,
+			  Jsonb *data)
+{
+	IndexScanDesc scan = begin_equal_scan(log, log->stream_idx,
+										  PointerGetDatum(stream), snap);
+	bool		same = false;
+
+	if (index_getnext_slot(scan, BackwardScanDirection, log->scanslot))
+	{
+		bool		isnull;
+		text	   *t = DatumGetTextPP(slot_getattr(log->scanslot, Anum_events_type, &isnull));
+		Datum		d = slot_getattr(log->scanslot, Anum_events_data, &isnull);
+
+		same = !isnull &&
+			VARSIZE_ANY_EXHDR(t) == strlen(type) &&
+			memcmp(VARDATA_ANY(t), type, strlen(type)) == 0 &&
+			DatumGetBool(DirectFunctionCall2(jsonb_eq, d, JsonbPGetDatum(data)));
+	}
+	index_endscan(scan);
+	ExecClearTuple(log->scanslot);
+	return same;
+}
+
+/*
  * The common append: steps 2-5 of the header comment.  Returns the
  * stream's version after the append.
+ *
+ * system: one event of esrc's own (esrc_append_system_event), appended by
+ * esrc.erase_stream or esrc.delete_stream, which hold the stream lock
+ * already.  It goes through everything an append does -- the stream lock,
+ * positions from order.c (the in-flight registry and the safe horizon),
+ * the row triggers -- but not the checks that refuse a user's append: no
+ * hard-delete check, no erased check, no idempotency lookup (it has no
+ * id), no expected version.  Its head comes from a snapshot taken after
+ * the lock at every isolation level (the caller has settled what its own
+ * snapshot may miss).  Nothing is appended, and the head is returned, when
+ * the stream is erased already (its esrc.erased tombstone is the last word)
+ * or when its head is the same event (same type and data).
  */
 static int64
 append_events(char *stream, int nevents, EventInput *events,
-			  bool expected_isnull, int64 expected)
+			  bool expected_isnull, int64 expected, bool system)
 {
 	Oid			seqoid;
 	text	   *stream_text = cstring_to_text(stream);
@@ -802,9 +884,30 @@ append_events(char *stream, int nevents, EventInput *events,
 	 * would see.
 	 */
 	CommandCounterIncrement();
-	PushCopiedSnapshot(GetTransactionSnapshot());
+	PushCopiedSnapshot(system ? GetLatestSnapshot() : GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
 	snap = GetActiveSnapshot();
+
+	if (system)
+	{
+		head = stream_head(&log, stream_text, snap, &redacted);
+		if ((redacted && esrc_stream_erased(stream, snap, NULL)) ||
+			(head >= 0 && head_is_event(&log, stream_text, snap, events[0].type,
+										events[0].data)))
+		{
+			PopActiveSnapshot();
+			close_log(&log);
+			return head;
+		}
+		/* a tombstone moves max_count's window like any append (rulebound.c) */
+		esrc_rules_mark_append(stream);
+		insert_events(&log, seqoid, stream_text, category, category_str,
+					  head + 1, nevents, events, now);
+		PopActiveSnapshot();
+		close_log(&log);
+		CommandCounterIncrement();
+		return head + nevents;
+	}
 
 	/* a stream deleted permanently takes no appends, retries included */
 	esrc_rules_check_append(stream);
@@ -813,6 +916,7 @@ append_events(char *stream, int nevents, EventInput *events,
 	{
 		PopActiveSnapshot();
 		close_log(&log);
+		esrc_metrics_append(nevents, true);
 		return result;
 	}
 
@@ -838,13 +942,19 @@ append_events(char *stream, int nevents, EventInput *events,
 			esrc_check_not_erased(stream, latest, true);
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
+		{
+			esrc_metrics_conflict();
 			esrc_concurrent_append_error(stream);
+		}
 	}
 	else if (redacted)
 		esrc_check_not_erased(stream, snap, true);
 
 	if (!expected_isnull && !expected_matches(expected, head))
+	{
+		esrc_metrics_conflict();
 		raise_version_conflict(stream, expected, head);
+	}
 
 	insert_events(&log, seqoid, stream_text, category, category_str, head + 1,
 				  nevents, events, now);
@@ -853,7 +963,27 @@ append_events(char *stream, int nevents, EventInput *events,
 	close_log(&log);
 	/* later statements, and later appends of this statement, see the rows */
 	CommandCounterIncrement();
+	esrc_metrics_append(nevents, false);
 	return head + nevents;
+}
+
+/*
+ * Append one system event (esrc.h) to stream: type is one of esrc's own,
+ * data a small object without personal data, metadata null; the caller
+ * (lifecycle.c, rules.c) holds the stream lock and has checked that the
+ * stream exists.  Returns the version of the event, or the head's when
+ * nothing was appended (see append_events).
+ */
+int64
+esrc_append_system_event(const char *stream, const char *type, Jsonb *data)
+{
+	EventInput	ev;
+
+	Assert(esrc_is_system_type(type, strlen(type)));
+	memset(&ev, 0, sizeof(ev));
+	ev.type = pstrdup(type);
+	ev.data = data;
+	return append_events(pstrdup(stream), 1, &ev, true, 0, true);
 }
 
 /*
@@ -865,21 +995,23 @@ esrc_append(PG_FUNCTION_ARGS)
 	char	   *stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	EventInput ev;
 
-	ev.type = esrc_check_name(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
-							  "event type", ESRC_MAX_TYPE_NAME);
+	ev.type = check_user_type(esrc_check_name(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
+											  "event type", ESRC_MAX_TYPE_NAME),
+							  "event type");
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("event data must not be null"),
 				 errhint("Use '{}' or 'null'::jsonb for an event without data.")));
 	ev.data = PG_GETARG_JSONB_P(2);
-	ev.metadata = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	ev.metadata = esrc_trace_metadata(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
 	ev.id = PG_ARGISNULL(5) ? NULL : PG_GETARG_UUID_P(5);
 	check_expected(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
 	check_event_size(1, ev.data, ev.metadata);
 
 	PG_RETURN_INT64(append_events(stream, 1, &ev, PG_ARGISNULL(4),
-								  PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4)));
+								  PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4),
+								  false));
 }
 
 /*
@@ -935,10 +1067,11 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 		{
 			if (val.type != jbvString)
 				batch_error(index, "\"type\" is not a string", NULL);
-			ev->type = esrc_check_name(cstring_to_text_with_len(val.val.string.val,
-																val.val.string.len),
-									   psprintf("event type of event %d", index),
-									   ESRC_MAX_TYPE_NAME);
+			ev->type = check_user_type(esrc_check_name(cstring_to_text_with_len(val.val.string.val,
+																				val.val.string.len),
+													   psprintf("event type of event %d", index),
+													   ESRC_MAX_TYPE_NAME),
+									   psprintf("event type of event %d", index));
 		}
 		else if (strcmp(key, "data") == 0)
 			ev->data = value_to_jsonb(&val);
@@ -961,6 +1094,7 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 		batch_error(index, "\"type\" is missing", NULL);
 	if (ev->data == NULL)
 		batch_error(index, "\"data\" is missing", "Use {} or null for an event without data.");
+	ev->metadata = esrc_trace_metadata(ev->metadata);
 	check_event_size(index, ev->data, ev->metadata);
 }
 
@@ -1068,7 +1202,8 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 	check_duplicate_ids(nevents, events);
 
 	PG_RETURN_INT64(append_events(stream, nevents, events, PG_ARGISNULL(2),
-								  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2)));
+								  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2),
+								  false));
 }
 
 /*

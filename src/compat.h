@@ -202,4 +202,16 @@ esrc_json_lexer_free(JsonLexContext *lex)
 #endif
 }
 
+/*
+ * The idx-th (1-based) entry of this backend's copy of the backends'
+ * status (pgstat_fetch_stat_numbackends() entries).  17 renamed
+ * pgstat_fetch_stat_local_beentry() to pgstat_get_local_beentry_by_index().
+ */
+#include "utils/backend_status.h"
+#if PG_VERSION_NUM >= 170000
+#define esrc_local_beentry(idx)	pgstat_get_local_beentry_by_index(idx)
+#else
+#define esrc_local_beentry(idx)	pgstat_fetch_stat_local_beentry(idx)
+#endif
+
 #endif							/* ESRC_COMPAT_H */

@@ -79,6 +79,15 @@ _PG_init(void)
 	/* projections: settings, the launcher of their workers */
 	esrc_projection_init();
 
+	/* the scavenger's settings (scavenge.c) */
+	esrc_scavenge_init();
+
+	/* W3C trace context of appended events (esrc.traceparent, ...) */
+	esrc_trace_init();
+
+	/* counters of esrc.metrics (esrc.track_metrics) */
+	esrc_metrics_init();
+
 	MarkGUCPrefixReserved("esrc");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -100,7 +109,8 @@ esrc_shmem_extra_size(void)
 {
 	return add_size(add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
 							 esrc_projection_shmem_size()),
-					esrc_forwarder_shmem_size());
+					add_size(add_size(esrc_mark_shmem_size(), esrc_metrics_shmem_size()),
+							 esrc_forwarder_shmem_size()));
 }
 
 static void
@@ -127,6 +137,8 @@ esrc_shmem_startup(void)
 	esrc_wait_shmem_init();
 	esrc_lease_shmem_init();
 	esrc_projection_shmem_init();
+	esrc_mark_shmem_init();
+	esrc_metrics_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -13,9 +13,16 @@
  * (forwarder.h), and the librdkafka glue in kafka.c;
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
- * esrc.delete_stream()) and the cache the read paths apply them from.
+ * esrc.delete_stream()) and the cache the read paths apply them from;
+ * rulebound.c owns the append marks that let reads reuse the first visible
+ * version of a stream with rules.
+ * scavenge.c owns esrc.scavenge(), which redacts what the rules hide
+ * through lifecycle.c's redactor, and its worker slice.
  * crypto.c owns crypto-shredding (per-subject keys, esrc.encrypt,
  * esrc.decrypt, esrc.forget_subject).
+ * trace.c owns the W3C trace context of events (esrc.traceparent,
+ * esrc.tracestate, the ce_traceparent/ce_tracestate headers); metrics.c
+ * owns the counters of esrc.metrics (shared memory, per database).
  *
  *-------------------------------------------------------------------------
  */
@@ -29,6 +36,7 @@
 #include "access/sdir.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
+#include "storage/itemptr.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
@@ -227,6 +235,24 @@ extern char *esrc_check_name(text *value, const char *what, int maxlen);
 extern char *esrc_stream_category(const char *stream);
 
 /*
+ * append.c: the system events of the log's life cycle (docs/lifecycle.md).
+ * Event types that begin with ESRC_RESERVED_TYPE_PREFIX are esrc's own;
+ * esrc.append/append_batch refuse them (22023).  esrc.erase_stream and
+ * esrc.delete_stream append one, the stream's tombstone, which the Kafka
+ * forwarder sends with a null value (kafka.c) and the snapshots do not
+ * apply (snapapply.c, snapshot.c).  The data of ESRC_TYPE_ERASED is
+ * ESRC_ERASED_DATA with null metadata, so the tombstone of an erased stream
+ * is itself redacted and its head stays a redacted event.
+ */
+#define ESRC_RESERVED_TYPE_PREFIX	"esrc."
+#define ESRC_TYPE_ERASED			"esrc.erased"
+#define ESRC_TYPE_DELETED			"esrc.deleted"
+extern bool esrc_is_system_type(const char *type, int len);
+extern bool esrc_is_tombstone_type(const char *type, int len);
+extern int64 esrc_append_system_event(const char *stream, const char *type,
+									  Jsonb *data);
+
+/*
  * read.c: index scans of esrc.events, for the read functions and for
  * the snapshot replays (snapbuild.c, snapread.c).  The first
  * ESRC_EVENT_NATTS columns of esrc.events are the columns of the row type
@@ -285,6 +311,41 @@ extern void esrc_record_erasure(const char *what, const char *stream,
 extern char *esrc_check_reason(text *reason, const char *what);
 
 /*
+ * lifecycle.c: the redaction in place of erase_stream(), shared with
+ * scavenge.c: open esrc.events for it, collect the not yet redacted events
+ * of a stream in a version range, redact them, close.  The caller holds
+ * the stream lock (append.c) of every stream it redacts.
+ */
+struct EState;
+typedef struct EsrcRedactor
+{
+	struct RelationData *rel;	/* esrc.events, RowExclusiveLock */
+	struct EState *estate;
+	struct ResultRelInfo *rri;
+	struct RelationData *idx;	/* the unique index on (stream, version) */
+	struct TupleTableSlot *scanslot;
+	Datum		marker;			/* ESRC_ERASED_DATA as jsonb */
+} EsrcRedactor;
+extern void esrc_redactor_open(EsrcRedactor *r);
+extern int64 esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo,
+								   int64 hi, int64 limit, Snapshot snap,
+								   ItemPointerData **todo, int64 *ntodo,
+								   int64 *next_version);
+extern void esrc_redactor_redact(EsrcRedactor *r, ItemPointerData *todo,
+								 int64 ntodo, Snapshot snap);
+extern void esrc_redactor_close(EsrcRedactor *r);
+
+/* rules.c: a stream's first visible version from esrc.stream_rules itself */
+extern bool esrc_rules_first_visible_now(const char *stream, Snapshot snap,
+										 TimestampTz now, int64 *first_visible);
+
+/* scavenge.c: the scavenger's settings and the workers' slice */
+extern int	esrc_scavenge_interval_s;
+extern int	esrc_scavenge_max_events;
+extern void esrc_scavenge_init(void);
+extern void esrc_scavenge_worker_slice(void);
+
+/*
  * rules.c: the stream rules (esrc.stream_rules), as the read paths apply
  * them.  esrc_rules_begin returns NULL when no stream of the database has
  * rules, so that a read without rules costs one check.  A filter is valid
@@ -296,6 +357,74 @@ extern int64 esrc_rules_first_visible(EsrcRuleFilter *f, text *stream);
 extern bool esrc_rules_visible(EsrcRuleFilter *f, struct TupleTableSlot *slot);
 extern void esrc_rules_end(EsrcRuleFilter *f);
 extern void esrc_rules_check_append(const char *stream);
+extern void esrc_rules_mark_append(const char *stream);
+
+/*
+ * A read that takes a new snapshot may reuse the bounds of earlier reads
+ * (rulebound.c): esrc_rules_prepare before the snapshot, then
+ * esrc_rules_begin_fresh with it.
+ */
+typedef struct EsrcRulesToken
+{
+	uint64		generation;		/* of the rules cache, before the snapshot */
+	uint64		clock;			/* esrc_mark_clock(), before the snapshot */
+	bool		ok;				/* rules exist, and marks may be used */
+} EsrcRulesToken;
+extern void esrc_rules_prepare(EsrcRulesToken *tok);
+extern EsrcRuleFilter *esrc_rules_begin_fresh(Snapshot snap, const EsrcRulesToken *tok);
+
+/* rulebound.c: append marks of the streams with rules */
+extern Size esrc_mark_shmem_size(void);
+extern void esrc_mark_shmem_init(void);
+extern void esrc_mark_append(uint32 hash);
+extern uint64 esrc_mark_clock(void);
+extern bool esrc_mark_quiet(uint32 hash, uint64 clock, uint64 *mark);
+
+/* rulebound.c: a stream's first visible version, kept between reads */
+typedef struct EsrcBound
+{
+	uint64		serial;			/* the read that last used it; 0: none */
+	bool		clean;			/* computed while its slot was quiet */
+	uint64		mark;			/* the slot's started count then */
+	int64		first_visible;
+	TimestampTz cut_after;		/* holds while cut_after < the read's */
+	TimestampTz cut_until;		/* max_age cutoff <= cut_until */
+} EsrcBound;
+extern uint64 esrc_bound_serial(void);
+extern int64 esrc_bound_lookup(EsrcBound *e, uint32 hash, uint64 serial,
+							   uint64 clock, TimestampTz cutoff,
+							   uint64 *mark, bool *quiet);
+extern void esrc_bound_store(EsrcBound *e, uint64 serial, uint64 mark,
+							 bool quiet, int64 first_visible,
+							 TimestampTz cut_after, TimestampTz cut_until);
+
+/*
+ * trace.c: W3C trace context (esrc.traceparent, esrc.tracestate; the
+ * metadata keys "traceparent" and "tracestate"; headers ce_traceparent and
+ * ce_tracestate of forwarded records).
+ */
+#define ESRC_TRACEPARENT_MAX	512		/* bytes; version 00 has 55 */
+#define ESRC_TRACESTATE_MAX		512		/* bytes */
+extern char *esrc_traceparent;
+extern char *esrc_tracestate;
+extern void esrc_trace_init(void);
+extern bool esrc_traceparent_valid(const char *s, int len);
+extern Jsonb *esrc_trace_metadata(Jsonb *metadata);
+extern void esrc_trace_of_event(Jsonb *metadata, char **traceparent,
+								char **tracestate);
+
+/*
+ * metrics.c: counters for esrc.metrics, per database in shared memory.
+ * The append path's are counted at commit; the others at once.
+ */
+extern bool esrc_track_metrics;
+extern void esrc_metrics_init(void);
+extern Size esrc_metrics_shmem_size(void);
+extern void esrc_metrics_shmem_init(void);
+extern void esrc_metrics_append(int nevents, bool idempotent);
+extern void esrc_metrics_conflict(void);
+extern void esrc_metrics_forwarded(int records);
+extern void esrc_metrics_forwarder_error(void);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

@@ -528,6 +528,7 @@ note_delivered(Batch *b, int ndone)
 	fwd_position = b->recs[ndone - 1].position;
 	fwd_mirror_dirty = true;
 	fwd_publish_progress(fwd_position, delivered);
+	esrc_metrics_forwarded(delivered);
 }
 
 /*

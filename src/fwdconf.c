@@ -314,7 +314,8 @@ check_topic_template(char **newval, void **extra, GucSource source)
  * Bytes of a Kafka record kept for everything but data and metadata: the
  * key (the stream, at most 512 bytes) and the other headers (the stream
  * twice more, the type up to 256 bytes, ce_source, id, time, ...) take at
- * most about 2.3 kB (kafka.c, produce_record).
+ * most about 2.3 kB (kafka.c, produce_record), the trace context
+ * (ce_traceparent, ce_tracestate, trace.c) at most 1.1 kB more.
  */
 #define RECORD_RESERVE	4096
 

@@ -14,6 +14,10 @@
  * before.  It does not return a batch before the WAL of its commits is
  * flushed.  An ERROR ends the worker; the postmaster starts it again.
  *
+ * A record whose event is a tombstone of the life cycle (esrc.erased,
+ * esrc.deleted; esrc.h) is marked so (EsrcKafkaRecord.tombstone), and
+ * kafka.c sends it with a null value.
+ *
  * Position mirror: in at_least_once mode esrc.forwarder_state.position is
  * the authority, written after delivery; in exactly_once mode the
  * authority is the Kafka offsets topic (kafkapos.c) and the table mirrors it
@@ -193,6 +197,29 @@ format_time(TimestampTz ts)
 	return s;
 }
 
+/*
+ * The headers ce_traceparent and ce_tracestate of rec, from its metadata
+ * (trace.c: a malformed traceparent is not forwarded).  Both are short.
+ */
+static void
+trace_context(EsrcKafkaRecord *rec, Datum metadata)
+{
+	char	   *tp;
+	char	   *ts;
+
+	esrc_trace_of_event(DatumGetJsonbP(metadata), &tp, &ts);
+	if (tp != NULL)
+	{
+		rec->traceparent = MemoryContextStrdup(fill->cxt, tp);
+		fill->bytes += strlen(tp);
+	}
+	if (ts != NULL)
+	{
+		rec->tracestate = MemoryContextStrdup(fill->cxt, ts);
+		fill->bytes += strlen(ts);
+	}
+}
+
 static bool
 batch_receive(TupleTableSlot *slot, DestReceiver *self)
 {
@@ -212,6 +239,7 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 	rec->stream = copy_text(slot->tts_values[1], &rec->stream_len);
 	rec->version = DatumGetInt64(slot->tts_values[2]);
 	rec->type = copy_text(slot->tts_values[3], NULL);
+	rec->tombstone = esrc_is_tombstone_type(rec->type, strlen(rec->type));
 	rec->skip = DatumGetBool(slot->tts_values[9]);
 	rec->data = "";
 	if (!rec->skip)
@@ -223,15 +251,21 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 			rec->data = json_text(slot->tts_values[4], &rec->data_len, &room);
 		if (rec->data != NULL && !slot->tts_isnull[5])
 		{
-			rec->metadata = json_text(slot->tts_values[5], NULL, &room);
+			/* detoasted once for its text and its trace context */
+			Datum		metadata = PointerGetDatum(DatumGetJsonbP(slot->tts_values[5]));
+
+			rec->metadata = json_text(metadata, NULL, &room);
 			if (rec->metadata == NULL)
 				rec->data = NULL;
+			else
+				trace_context(rec, metadata);
 		}
 		if (rec->data == NULL)
 		{
 			rec->data = "";
 			rec->data_len = 0;
 			rec->metadata = NULL;
+			rec->traceparent = rec->tracestate = NULL;
 			unsendable = psprintf("its data and metadata take more than %zu bytes as JSON text",
 								  (Size) MAX_RECORD_TEXT);
 		}

@@ -194,6 +194,7 @@ fwd_report_failure(EsrcForwarderState state, const char *error, const char *deta
 	f->last_error_at = now;
 	fwd_status_write_end(f);
 	fwd_set_state(state, detail);
+	esrc_metrics_forwarder_error();
 
 	if (last_logged_state != (int) state ||
 		TimestampDifferenceExceeds(last_logged_at, now, LOG_REPEAT_MS))

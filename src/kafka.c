@@ -486,7 +486,10 @@ esrc_kafka_poll(EsrcKafka *k)
 
 /*
  * Produce one record on producer p (a copy: librdkafka owns the bytes
- * afterwards).  On a full local queue, serve delivery reports and try
+ * afterwards).  A tombstone (r->tombstone: an esrc.erased or esrc.deleted
+ * event, docs/forwarder.md) goes with the stream as key, a null value and
+ * the usual headers but content-type, so that compaction removes the key's
+ * earlier records; it counts like any other record in the position.  On a full local queue, serve delivery reports and try
  * again.  Returns the librdkafka error; MSG_SIZE_TOO_LARGE means the
  * record is larger than message.max.bytes.
  */
@@ -506,25 +509,31 @@ produce_record(EsrcKafka *k, int p, EsrcKafkaRecord *r, uint32 index)
 
 	for (;;)
 	{
-		h = rd_kafka_headers_new(12);
+		h = rd_kafka_headers_new(14);
 		rd_kafka_header_add(h, "ce_specversion", -1, "1.0", 3);
 		rd_kafka_header_add(h, "ce_id", -1, r->id, -1);
 		rd_kafka_header_add(h, "ce_source", -1, k->source, -1);
 		rd_kafka_header_add(h, "ce_type", -1, r->type, -1);
 		rd_kafka_header_add(h, "ce_subject", -1, r->stream, r->stream_len);
 		rd_kafka_header_add(h, "ce_time", -1, r->time, -1);
-		rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
+		if (!r->tombstone)
+			rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
 		rd_kafka_header_add(h, "ce_esrcstream", -1, r->stream, r->stream_len);
 		rd_kafka_header_add(h, "ce_esrcversion", -1, version, -1);
 		rd_kafka_header_add(h, "ce_esrcposition", -1, position, -1);
 		if (r->metadata != NULL)
 			rd_kafka_header_add(h, "ce_esrcmetadata", -1, r->metadata, -1);
+		if (r->traceparent != NULL)
+			rd_kafka_header_add(h, "ce_traceparent", -1, r->traceparent, -1);
+		if (r->tracestate != NULL)
+			rd_kafka_header_add(h, "ce_tracestate", -1, r->tracestate, -1);
 
 		e = rd_kafka_producev(rk,
 							  RD_KAFKA_V_RKT(r->topic->rkt[p]),
 							  RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 							  RD_KAFKA_V_KEY(r->stream, r->stream_len),
-							  RD_KAFKA_V_VALUE(r->data, r->data_len),
+							  RD_KAFKA_V_VALUE(r->tombstone ? NULL : r->data,
+											   r->tombstone ? 0 : (size_t) r->data_len),
 							  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
 							  RD_KAFKA_V_OPAQUE((void *) (uintptr_t) (((uint64) k->slots[p].gen << 32) | index)),
 							  RD_KAFKA_V_HEADERS(h),

@@ -76,8 +76,13 @@ typedef struct EsrcKafkaRecord
 	char	   *data;			/* the value: data as JSON text */
 	int			data_len;
 	char	   *metadata;		/* JSON text, NULL when the event has none */
+	char	   *traceparent;	/* valid W3C traceparent of the metadata
+								 * (trace.c), NULL = none */
+	char	   *tracestate;		/* its tracestate, NULL = none */
 	EsrcKafkaTopic *topic;		/* from esrc_kafka_topic() */
 	bool		skip;			/* skipped by the operator: do not send */
+	bool		tombstone;		/* esrc.erased/esrc.deleted: sent with a null
+								 * value (compaction removes the key) */
 	/* written by kafka.c from delivery reports */
 	int			err;			/* rd_kafka_resp_err_t of the report */
 	bool		acked;			/* the broker has the record */

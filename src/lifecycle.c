@@ -5,12 +5,16 @@
  *	  and its audit table esrc.erasures.
  *
  * This file owns:
+ *	 - the redaction in place (esrc_redactor_*), which erase_stream and the
+ *	   scavenger (scavenge.c) share: the one path that writes esrc.events;
  *	 - esrc.erase_stream(stream, reason): redacts every event of a stream in
  *	   place -- data becomes ESRC_ERASED_DATA, metadata NULL; position,
- *	   stream, version, type, id, recorded_at and category stay -- removes
- *	   the stream's rows from the snapshot tables of its category, and
- *	   records the erasure in esrc.erasures, all in the caller's
- *	   transaction;
+ *	   stream, version, type, id, recorded_at and category stay -- appends
+ *	   the stream's tombstone (an esrc.erased event whose data is that
+ *	   marker, through append.c's esrc_append_system_event; the Kafka
+ *	   forwarder sends it with a null value), removes the stream's rows
+ *	   from the snapshot tables of its category, and records the erasure
+ *	   in esrc.erasures, all in the caller's transaction;
  *	 - the one exception to the immutability of esrc.events:
  *	   esrc_erasure_permits(), which append.c's trigger asks before it
  *	   refuses an UPDATE;
@@ -279,7 +283,8 @@ delete_snapshot_rows(int n, Oid *relids, const char *stream)
 
 /*
  * Record one call of a life-cycle function in esrc.erasures, as the
- * table's owner; rules may be NULL.  Inside an SPI connection.
+ * table's owner; rules may be NULL, and stream too (a scavenge, which
+ * spans streams).  Inside an SPI connection.
  */
 void
 esrc_record_erasure(const char *what, const char *stream, int64 events,
@@ -295,7 +300,8 @@ esrc_record_erasure(const char *what, const char *stream, int64 events,
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = CStringGetTextDatum(what);
-	values[1] = CStringGetTextDatum(stream);
+	values[1] = stream ? CStringGetTextDatum(stream) : (Datum) 0;
+	nulls[1] = stream ? ' ' : 'n';
 	values[2] = Int64GetDatum(events);
 	values[3] = CStringGetTextDatum(reason);
 	values[4] = DirectFunctionCall1(namein,
@@ -368,33 +374,51 @@ check_update_triggers(Relation rel)
 }
 
 /*
- * The tuple ids of the stream's events under snap, in version order, and
- * of those not yet redacted (*todo, *ntodo).  Returns the number of events.
+ * The tuple ids of the stream's events with lo <= version < hi under snap,
+ * in version order, and of those not yet redacted (*todo, *ntodo), at most
+ * limit of these (-1: all).  Returns the number of events examined; with
+ * next_version not NULL, *next_version is the version after the last one
+ * examined (lo if none was).
  */
 static int64
 stream_rows(Relation rel, Relation idx, TupleTableSlot *slot, Datum stream,
-			Snapshot snap, Datum marker, ItemPointer *todo, int64 *ntodo)
+			int64 lo, int64 hi, int64 limit, Snapshot snap, Datum marker,
+			ItemPointer *todo, int64 *ntodo, int64 *next_version)
 {
-	ScanKeyData key;
+	ScanKeyData keys[3];
 	IndexScanDesc scan;
 	int64		nrows = 0;
 	int64		cap = 16;
+	int			nkeys = 1;
 
 	*todo = palloc(sizeof(ItemPointerData) * cap);
 	*ntodo = 0;
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+	if (next_version != NULL)
+		*next_version = lo;
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[0], F_TEXTEQ, stream);
-	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	if (lo > 0)
+		ScanKeyEntryInitialize(&keys[nkeys++], 0, 2, BTGreaterEqualStrategyNumber,
+							   InvalidOid, InvalidOid, F_INT8GE, Int64GetDatum(lo));
+	if (hi < PG_INT64_MAX)
+		ScanKeyEntryInitialize(&keys[nkeys++], 0, 2, BTLessStrategyNumber,
+							   InvalidOid, InvalidOid, F_INT8LT, Int64GetDatum(hi));
+	scan = esrc_index_beginscan(rel, idx, snap, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	while ((limit < 0 || *ntodo < limit) &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		datanull;
 		bool		metanull;
+		bool		isnull;
 		Datum		data = slot_getattr(slot, Anum_events_data, &datanull);
 
 		(void) slot_getattr(slot, Anum_events_metadata, &metanull);
 		CHECK_FOR_INTERRUPTS();
 		nrows++;
+		if (next_version != NULL)
+			*next_version = DatumGetInt64(slot_getattr(slot, Anum_events_version,
+													   &isnull)) + 1;
 		if (!datanull && metanull && is_marker(data, marker))
 			continue;			/* redacted already */
 		if (*ntodo == cap)
@@ -481,9 +505,78 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 			erase_window.open = false;
 		}
 		PG_END_TRY();
+		ResetPerTupleExprContext(estate);
 	}
 	AfterTriggerEndQuery(estate);
 	EvalPlanQualEnd(&epq);
+}
+
+/* ----------------------------------------------------------------
+ * The redaction in place, shared by erase_stream() and scavenge.c
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Open esrc.events for redaction: RowExclusiveLock, its row type and
+ * update triggers checked, an executor state for the simple update, the
+ * unique index on (stream, version).  The caller holds the stream lock of
+ * every stream it will redact (taken before this for the first one, as an
+ * append takes it before the log).
+ */
+void
+esrc_redactor_open(EsrcRedactor *r)
+{
+	r->rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
+	esrc_check_log_rowtype(r->rel);
+	check_update_triggers(r->rel);
+	r->estate = esrc_make_write_estate(r->rel, &r->rri);
+	r->idx = stream_index(r->rri);
+	r->scanslot = ExecInitExtraTupleSlot(r->estate, RelationGetDescr(r->rel),
+										 table_slot_callbacks(r->rel));
+	r->marker = erased_marker();
+}
+
+/*
+ * The events of stream with lo <= version < hi under snap that are not
+ * redacted yet, at most limit (-1: all): their tuple ids in *todo (version
+ * order).  Returns the number of events examined; *next_version (if not
+ * NULL) is the version after the last one examined.
+ */
+int64
+esrc_redactor_collect(EsrcRedactor *r, Datum stream, int64 lo, int64 hi,
+					  int64 limit, Snapshot snap, ItemPointer *todo,
+					  int64 *ntodo, int64 *next_version)
+{
+	return stream_rows(r->rel, r->idx, r->scanslot, stream, lo, hi, limit, snap,
+					   r->marker, todo, ntodo, next_version);
+}
+
+/*
+ * Redact the rows collected (the stream lock held, snap as collected).
+ * Runs in the executor state's memory, which lives until
+ * esrc_redactor_close(): the slots, the trigger functions' lookups and
+ * the like it creates are kept in lists of the state, so they must not go
+ * with a shorter context of the caller's (the scavenger resets one per
+ * stream).
+ */
+void
+esrc_redactor_redact(EsrcRedactor *r, ItemPointer todo, int64 ntodo, Snapshot snap)
+{
+	MemoryContext old;
+
+	if (ntodo == 0)
+		return;
+	old = MemoryContextSwitchTo(r->estate->es_query_cxt);
+	redact_rows(r->rel, r->estate, r->rri, todo, ntodo, r->marker, snap);
+	MemoryContextSwitchTo(old);
+}
+
+/* Free the executor state; esrc.events stays locked to the end of the transaction. */
+void
+esrc_redactor_close(EsrcRedactor *r)
+{
+	esrc_free_write_estate(r->estate, r->rri);
+	table_close(r->rel, NoLock);
 }
 
 /*
@@ -514,13 +607,8 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	char	   *category;
 	char	   *reason;
 	Datum		stream_datum;
-	Datum		marker;
 	LOCKTAG		tag;
-	Relation	rel;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	Relation	idx;
-	TupleTableSlot *scanslot;
+	EsrcRedactor red;
 	Snapshot	snap;
 	Oid		   *snapshot_relids;
 	int			nsnapshots;
@@ -538,14 +626,11 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 							   "stream is erased");
 	category = esrc_stream_category(stream);
 	stream_datum = CStringGetTextDatum(stream);
-	marker = erased_marker();
 
 	/* the locks of an append, in its order: stream, log, category, snapshots */
 	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
-	esrc_check_log_rowtype(rel);
-	check_update_triggers(rel);
+	esrc_redactor_open(&red);
 	esrc_name_locktag(&tag, category, ESRC_CATEGORY_LOCK_SPACE);
 	(void) LockAcquire(&tag, ShareLock, false, false);
 
@@ -553,19 +638,14 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	nsnapshots = category_snapshots(category, &snapshot_relids);
 
-	estate = esrc_make_write_estate(rel, &rri);
-	idx = stream_index(rri);
-	scanslot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
-									  table_slot_callbacks(rel));
-
 	/* a snapshot taken after the locks, as an append takes one */
 	CommandCounterIncrement();
 	PushCopiedSnapshot(GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
 	snap = GetActiveSnapshot();
 
-	nrows = stream_rows(rel, idx, scanslot, stream_datum, snap, marker,
-						&todo, &ntodo);
+	nrows = esrc_redactor_collect(&red, stream_datum, 0, PG_INT64_MAX, -1, snap,
+								  &todo, &ntodo, NULL);
 	if (nrows == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -580,18 +660,27 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	if (IsolationUsesXactSnapshot())
 	{
 		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
-		int64		latest_head = stream_head(rel, idx, scanslot, stream_datum, latest);
-		int64		head = stream_head(rel, idx, scanslot, stream_datum, snap);
+		int64		latest_head = stream_head(red.rel, red.idx, red.scanslot,
+											  stream_datum, latest);
+		int64		head = stream_head(red.rel, red.idx, red.scanslot, stream_datum, snap);
 
 		UnregisterSnapshot(latest);
 		if (latest_head != head)
 			esrc_concurrent_append_error(stream);
 	}
 
-	redact_rows(rel, estate, rri, todo, ntodo, marker, snap);
+	esrc_redactor_redact(&red, todo, ntodo, snap);
 	PopActiveSnapshot();
-	esrc_free_write_estate(estate, rri);
-	table_close(rel, NoLock);
+	esrc_redactor_close(&red);
+
+	/*
+	 * The tombstone, at the next version, before the erasure is recorded:
+	 * append.c appends none to a stream that esrc.erasures says is erased
+	 * already, so erasing twice adds none.  Its data is the marker, so the
+	 * stream's head stays redacted (the cheap test of append.c).
+	 */
+	(void) esrc_append_system_event(stream, ESRC_TYPE_ERASED,
+									DatumGetJsonbP(red.marker));
 
 	delete_snapshot_rows(nsnapshots, snapshot_relids, stream);
 	esrc_record_erasure("erase_stream", stream, ntodo, reason, NULL,

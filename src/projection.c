@@ -243,6 +243,17 @@ projection_xact_callback(XactEvent event, void *arg)
 		wake_at_commit = false;
 }
 
+/*
+ * Wake the database's projection workers when this transaction commits;
+ * rules.c asks it for the scavenger (worker 1 of a database whose workers
+ * left, having had nothing to do there).
+ */
+void
+esrc_projection_wake_at_commit(void)
+{
+	wake_workers_at_commit();
+}
+
 /* Wake the database's projection workers when this transaction commits. */
 static void
 wake_workers_at_commit(void)

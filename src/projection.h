@@ -28,6 +28,7 @@ extern Size esrc_projection_shmem_size(void);
 extern void esrc_projection_shmem_init(void);
 extern void esrc_projection_register_launcher(void);
 extern void esrc_projection_wake(Oid dbid);
+extern int	esrc_projection_db_workers(void);
 extern PGDLLEXPORT void esrc_projection_launcher_main(Datum arg);
 /* a worker: its slot, what it does at exit */
 extern void esrc_projection_worker_attach(int slot, Oid *dbid, int *number);
@@ -41,5 +42,6 @@ extern PGDLLEXPORT void esrc_projection_worker_main(Datum arg);
 extern void esrc_projection_init(void);
 extern const char *esrc_handler_problem(Oid funcoid, bool reset);
 extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);
+extern void esrc_projection_wake_at_commit(void);
 
 #endif							/* ESRC_PROJECTION_H */

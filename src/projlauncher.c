@@ -7,6 +7,11 @@
  *	  lets those of a database without projections go; and the slots in
  *	  shared memory through which workers and sessions reach each other.
  *
+ * While esrc.scavenge_interval is set, worker 1 also runs the scavenger
+ * (scavenge.c): it is started in every database, stays where there is
+ * esrc but no projection, and the launcher asks every database again when
+ * a reload turns the interval on (esrc_projection_db_workers).
+ *
  * The launcher cannot look into a database, so it asks: at its start it
  * starts worker 1 in every database that accepts connections; a worker
  * that finds no esrc or no projection there records an "idle" exit and
@@ -167,6 +172,17 @@ esrc_projection_wake(Oid dbid)
 		SetLatch(latches[i]);
 	if (launcher != NULL)
 		SetLatch(launcher);
+}
+
+/*
+ * The workers a database with esrc gets: esrc.projection_workers, and at
+ * least worker 1 while esrc.scavenge_interval is set, which runs the
+ * scavenger's slices (scavenge.c) in databases without projections too.
+ */
+int
+esrc_projection_db_workers(void)
+{
+	return Max(esrc_projection_workers, esrc_scavenge_interval_s > 0 ? 1 : 0);
 }
 
 /* ----------------------------------------------------------------
@@ -389,6 +405,8 @@ reap_workers(TimestampTz now)
 			int			delay = RESTART_DELAY_MS;
 			int			f;
 
+			/* it is started again, even if another worker left idle before */
+			db->active = true;
 			for (f = 0; f < db->failures && delay < 60000; f++)
 				delay *= 2;
 			db->failures++;
@@ -403,16 +421,17 @@ reap_workers(TimestampTz now)
 static bool
 start_workers(DbState *db)
 {
-	bool	   *running = palloc0(sizeof(bool) * (esrc_projection_workers + 1));
+	int			nworkers = esrc_projection_db_workers();
+	bool	   *running = palloc0(sizeof(bool) * (nworkers + 1));
 	int			number;
 	int			i;
 	bool		ok = true;
 
 	for (i = 0; i < proj_shared->nslots; i++)
 		if (proj_shared->slots[i].in_use && proj_shared->slots[i].dbid == db->dbid &&
-			proj_shared->slots[i].number <= esrc_projection_workers)
+			proj_shared->slots[i].number <= nworkers)
 			running[proj_shared->slots[i].number] = true;
-	for (number = 1; number <= esrc_projection_workers && ok; number++)
+	for (number = 1; number <= nworkers && ok; number++)
 	{
 		BackgroundWorker worker;
 		int			slot = -1;
@@ -494,8 +513,13 @@ esrc_projection_launcher_main(Datum arg)
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
+			bool		scavenged = esrc_scavenge_interval_s > 0;
+
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* the scavenger turned on: every database with esrc needs worker 1 */
+			if (!scavenged && esrc_scavenge_interval_s > 0)
+				ask_every_database();
 		}
 		reap_workers(now);
 		take_requests();
@@ -503,7 +527,7 @@ esrc_projection_launcher_main(Datum arg)
 		{
 			DbState    *db = &dbs[i];
 
-			if (!db->active || esrc_projection_workers == 0)
+			if (!db->active || esrc_projection_db_workers() == 0)
 				continue;
 			if (db->restart_at > now)
 			{

@@ -41,6 +41,12 @@
  * projections wake it too (projlauncher.c).  It wakes at least every
  * third of esrc.subscription_lease to keep its leases.
  *
+ * Worker 1 also runs a slice of the scavenger (scavenge.c) every
+ * esrc.scavenge_interval, in a transaction of its own, before a round;
+ * with the interval set it stays in a database that has esrc but no
+ * projection (and runs then no projection), and with
+ * esrc.projection_workers = 0 the launcher still starts it for that.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -145,6 +151,8 @@ static const struct
 	{"subscription_checkpoints", RowExclusiveLock},
 	{"projections", AccessShareLock},
 	{"projection_partitions", RowExclusiveLock},
+	/* read by esrc.poll through the rules cache (rules.c) */
+	{"stream_rules", AccessShareLock},
 };
 
 /* The table worker_tables[i], or InvalidOid once esrc is gone. */
@@ -228,11 +236,24 @@ end_xact(void)
 }
 
 /*
+ * Does this worker run the scavenger's slices (scavenge.c)?  Worker 1 of
+ * each database does while esrc.scavenge_interval is set, projections or
+ * not: the launcher starts it in every database with esrc
+ * (esrc_projection_db_workers), and it stays when there is no projection.
+ */
+static bool
+scavenges(int number)
+{
+	return number == 1 && esrc_scavenge_interval_s > 0;
+}
+
+/*
  * The projections of the database, in cxt; exits (idle) when there is no
- * esrc or no projection.  Registers the wait for their categories.
+ * esrc, or no projection and this worker does not scavenge.  Registers
+ * the wait for their categories.
  */
 static Proj *
-load_projections(MemoryContext cxt, int *nprojs, uint64 seq)
+load_projections(MemoryContext cxt, int *nprojs, uint64 seq, int number)
 {
 	static const char *sql =
 		"SELECT p.id, p.name, p.owner, pg_catalog.to_regprocedure(p.handler), p.batch_size, "
@@ -253,10 +274,19 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq)
 	}
 	catalog_run(sql, 0, NULL, NULL, NULL, SPI_OK_SELECT);
 	*nprojs = (int) SPI_processed;
+	/* a worker beyond esrc.projection_workers only scavenges (worker 1) */
+	if (number > esrc_projection_workers)
+		*nprojs = 0;
 	if (*nprojs == 0)
 	{
 		end_xact();
-		esrc_projection_worker_exit_idle(seq);
+		if (!scavenges(number))
+			esrc_projection_worker_exit_idle(seq);
+		/* worker 1 stays for the scavenger: no projection, no lease */
+		leave_groups(0, (Datum) 0);
+		nheld_keys = 0;
+		esrc_wait_unregister();
+		return NULL;
 	}
 	key.dbid = MyDatabaseId;
 	key.catalog = esrc_relation_oid("subscriptions");
@@ -798,6 +828,7 @@ worker_loop(int number)
 	static MemoryContext roundcxt = NULL;
 	static TupleDesc desc = NULL;
 	static TupleTableSlot *slot = NULL;
+	static TimestampTz next_scavenge = 0;	/* 0: not scavenging */
 
 	if (roundcxt == NULL)
 		roundcxt = AllocSetContextCreate(TopMemoryContext, "esrc projection round",
@@ -818,12 +849,12 @@ worker_loop(int number)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			if (number > esrc_projection_workers)
+			if (number > esrc_projection_db_workers())
 				proc_exit(0);
 		}
 		MemoryContextReset(roundcxt);
 		seq = esrc_projection_wake_seq();
-		projs = load_projections(roundcxt, &nprojs, seq);
+		projs = load_projections(roundcxt, &nprojs, seq, number);
 		if (desc == NULL)
 		{
 			MemoryContext old;
@@ -840,6 +871,19 @@ worker_loop(int number)
 			handlers_changed = false;
 			unblock_all();
 		}
+		if (scavenges(number))
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (next_scavenge == 0 || now >= next_scavenge)
+			{
+				esrc_scavenge_worker_slice();
+				next_scavenge = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															(int64) esrc_scavenge_interval_s * 1000);
+			}
+		}
+		else
+			next_scavenge = 0;
 		MemoryContextSwitchTo(roundcxt);
 		busy = run_round(projs, nprojs, desc, slot, &next_retry, &applied);
 		if (busy)
@@ -856,6 +900,12 @@ worker_loop(int number)
 							 esrc_projection_batch_delay_ms, PG_WAIT_EXTENSION);
 		}
 		timeout = esrc_subscription_lease_ms / 3;
+		if (next_scavenge != 0)
+		{
+			long		ms = (long) ((next_scavenge - GetCurrentTimestamp()) / 1000) + 1;
+
+			timeout = Max(1, Min(timeout, ms));
+		}
 		if (next_retry != 0)
 		{
 			long		ms = (long) ((next_retry - GetCurrentTimestamp()) / 1000) + 1;

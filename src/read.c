@@ -37,7 +37,9 @@
  *
  * The stream rules (rules.c) hide events: a stream read starts at the
  * stream's first visible version, a global read skips hidden events one by
- * one; neither counts them towards max_count.
+ * one; neither counts them towards max_count.  Reads that take a new
+ * snapshot (global reads, stream reads at READ COMMITTED) let rules.c
+ * reuse the stream bounds of earlier reads (rulebound.c).
  *
  * Talks to: order.c (the horizon), append.c (name checks), rules.c (the
  * stream rules), snapbuild.c and snapread.c (which replay through
@@ -365,15 +367,25 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	TupleTableSlot *slot;
 	Snapshot	snap;
 	EsrcRuleFilter *rules;
+	EsrcRulesToken tok;
+	bool		fresh;
 	int64		count = 0;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	desc = rsinfo->setDesc;
 
+	/*
+	 * The stream rules (rules.c) may reuse the bounds of earlier reads when
+	 * the snapshot is taken now, after esrc_rules_prepare: not the
+	 * transaction's snapshot of REPEATABLE READ and above.
+	 */
+	fresh = latest || !IsolationUsesXactSnapshot();
+	if (fresh)
+		esrc_rules_prepare(&tok);
 	snap = latest ? RegisterSnapshot(GetLatestSnapshot()) : esrc_caller_snapshot();
-	/* the stream rules (rules.c): a stream read starts at the first visible version */
-	rules = esrc_rules_begin(snap);
+	/* a stream read starts at the first visible version */
+	rules = fresh ? esrc_rules_begin_fresh(snap, &tok) : esrc_rules_begin(snap);
 	if (rules != NULL && order == ESRC_LOG_BY_STREAM)
 	{
 		lo = Max(lo, esrc_rules_first_visible(rules, DatumGetTextPP(key)));

@@ -8,7 +8,9 @@
  *	 - esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
  *	   reason) and esrc.delete_stream(stream, reason, hard), which write
  *	   esrc.stream_rules (as its owner, through SPI) and record each call in
- *	   esrc.erasures (lifecycle.c);
+ *	   esrc.erasures (lifecycle.c); delete_stream first appends the stream's
+ *	   tombstone (esrc.deleted, append.c's esrc_append_system_event), the
+ *	   first version it leaves visible;
  *	 - the trigger esrc.stream_rules_changed(), which turns every change of
  *	   esrc.stream_rules into a relcache invalidation of the table, sent to
  *	   every backend when the change commits;
@@ -16,7 +18,9 @@
  *	   stream with rules), loaded with a new snapshot when a read or an
  *	   append first needs it after such an invalidation;
  *	 - the filters the read paths apply (read.c, subscription.c,
- *	   snapread.c) and the hard-delete check of appends (append.c).
+ *	   snapread.c) and the hard-delete check of appends (append.c);
+ *	 - the same first-visible computation from the table itself, not the
+ *	   cache, for the scavenger (esrc_rules_first_visible_now, scavenge.c).
  *
  * The rules, exactly (docs/lifecycle.md is the reference):
  *	 - truncate_before T hides versions < T;
@@ -41,15 +45,26 @@
  *	   invalidations before it releases its locks, so an append that waited
  *	   for a hard delete sees it;
  *	 - when no stream has rules, a read costs AcceptInvalidationMessages()
- *	   and one test, and an append the same.
+ *	   and one test, and an append the same;
+ *	 - a read that took its snapshot after esrc_rules_prepare() reuses the
+ *	   bound an earlier read computed for a stream with max_count or
+ *	   max_age (kept in the stream's StreamRule, so a reload drops it) when
+ *	   rulebound.c says the two reads see the same events of the stream;
+ *	   an append to such a stream marks it there (esrc_rules_check_append),
+ *	   under the stream lock.
  *
  * Talks to: read.c (the index scans of a stream), lifecycle.c (SQL as a
- * table's owner, the audit), append.c (the stream lock tag).
+ * table's owner, the audit), append.c (the stream lock tag), rulebound.c
+ * (append marks, the bounds kept between reads).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/namespace.h"
@@ -65,6 +80,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -77,6 +93,7 @@
 #include "utils/timestamp.h"
 
 #include "esrc.h"
+#include "projection.h"
 
 PG_FUNCTION_INFO_V1(esrc_set_stream_rules);
 PG_FUNCTION_INFO_V1(esrc_delete_stream);
@@ -102,6 +119,7 @@ typedef struct StreamRule
 	bool		has_max_age;
 	Interval	max_age;
 	bool		hard_deleted;
+	EsrcBound	bound;			/* max_count, max_age: rulebound.c */
 } StreamRule;
 
 /*
@@ -159,6 +177,12 @@ struct EsrcRuleFilter
 	EsrcLogScan *scan;			/* of (stream, version), for the bounds */
 	StreamRule *last_bound_rule;	/* the last rule bound_of() answered for */
 	int64		last_bound;
+	/* reads that may reuse bounds (esrc_rules_begin_fresh) */
+	uint64		serial;			/* esrc_bound_serial(); 0: they may not */
+	uint64		clock;			/* esrc_mark_clock() before the snapshot */
+	bool		cutoff_known;	/* for the last max_age computed: */
+	Interval	cutoff_age;
+	TimestampTz cutoff;
 };
 
 typedef struct RuleBound
@@ -242,16 +266,17 @@ index_rules(void)
 	rules_cache.rules = t;
 }
 
-/* Add the row in slot to the cache (in rules_cache.cxt). */
+/* The rule of the row in slot (a row of esrc.stream_rules), its name in cxt. */
 static void
-cache_row(TupleTableSlot *slot)
+rule_from_slot(TupleTableSlot *slot, StreamRule *r, MemoryContext cxt)
 {
 	Datum	   *v = slot->tts_values;
 	bool	   *n = slot->tts_isnull;
-	StreamRule *r = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule));
 	char	   *name = TextDatumGetCString(v[Anum_rules_stream - 1]);
+
+	memset(r, 0, sizeof(StreamRule));
 	r->len = strlen(name);
-	r->stream = MemoryContextStrdup(rules_cache.cxt, name);
+	r->stream = MemoryContextStrdup(cxt, name);
 	r->truncate_before = n[Anum_rules_truncate_before - 1] ? -1 :
 		DatumGetInt64(v[Anum_rules_truncate_before - 1]);
 	r->max_count = n[Anum_rules_max_count - 1] ? -1 :
@@ -261,8 +286,16 @@ cache_row(TupleTableSlot *slot)
 		r->max_age = *DatumGetIntervalP(v[Anum_rules_max_age - 1]);
 	r->hard_deleted = !n[Anum_rules_hard_deleted - 1] &&
 		DatumGetBool(v[Anum_rules_hard_deleted - 1]);
-
 	r->hash = hash_bytes((const unsigned char *) r->stream, r->len);
+}
+
+/* Add the row in slot to the cache (in rules_cache.cxt). */
+static void
+cache_row(TupleTableSlot *slot)
+{
+	StreamRule *r = MemoryContextAllocZero(rules_cache.cxt, sizeof(StreamRule));
+
+	rule_from_slot(slot, r, rules_cache.cxt);
 	r->next = rules_cache.loaded;
 	rules_cache.loaded = r;
 	rules_cache.nrules++;
@@ -366,26 +399,59 @@ esrc_rules_begin(Snapshot snap)
 }
 
 /*
+ * Before a read takes a new snapshot: bring the rules cache up to date and
+ * read the append marks' clock (rulebound.c).  Both must precede the
+ * snapshot: an append that did not mark its stream committed before the
+ * stream's rule did, so before the cache was loaded.
+ */
+void
+esrc_rules_prepare(EsrcRulesToken *tok)
+{
+	rules_refresh();
+	tok->generation = rules_cache.generation;
+	tok->ok = rules_cache.nrules > 0;
+	tok->clock = tok->ok ? esrc_mark_clock() : 0;
+}
+
+/*
+ * esrc_rules_begin for a read whose snapshot was taken after
+ * esrc_rules_prepare(tok): it may reuse the bounds of earlier reads, and
+ * keeps those it computes, unless the rules changed in between.
+ */
+EsrcRuleFilter *
+esrc_rules_begin_fresh(Snapshot snap, const EsrcRulesToken *tok)
+{
+	EsrcRuleFilter *f = esrc_rules_begin(snap);
+
+	if (f != NULL && tok->ok && tok->generation == f->generation)
+	{
+		f->serial = esrc_bound_serial();
+		f->clock = tok->clock;
+	}
+	return f;
+}
+
+/*
  * The first version of the stream that rule r leaves visible under the
  * filter's snapshot: the highest of its bounds (see the header comment).
  * Scans the stream backward from its head only for max_count and max_age,
  * down to the bound (for max_age, the visible events and one more).
  */
 static int64
-rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
+rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream,
+				   TimestampTz cutoff, TimestampTz *cut_after,
+				   TimestampTz *cut_until)
 {
 	int64		lo = Max(r->truncate_before, 0);
-	TimestampTz cutoff = 0;
 	EsrcLogScan *scan;
 	TupleTableSlot *slot;
 	bool		first = true;
 
+	/* the result holds for every cutoff in (cut_after, cut_until] */
+	*cut_after = DT_NOBEGIN;
+	*cut_until = DT_NOEND;
 	if (r->max_count < 0 && !r->has_max_age)
 		return lo;
-	if (r->has_max_age)
-		cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-														 TimestampTzGetDatum(f->now),
-														 IntervalPGetDatum(&r->max_age)));
 	/* one scan per read, restarted for each stream */
 	if (f->scan != NULL)
 		esrc_log_rescan_stream(f->scan, PointerGetDatum(stream), 0, PG_INT64_MAX);
@@ -399,6 +465,7 @@ rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
 	while ((slot = esrc_log_next(scan)) != NULL)
 	{
 		int64		v = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
+		TimestampTz ts;
 
 		if (first)
 		{
@@ -410,12 +477,58 @@ rule_first_visible(EsrcRuleFilter *f, StreamRule *r, text *stream)
 		}
 		if (v < lo)
 			break;
-		if (DatumGetTimestampTz(slot->tts_values[Anum_events_recorded_at - 1]) < cutoff)
+		ts = DatumGetTimestampTz(slot->tts_values[Anum_events_recorded_at - 1]);
+		if (ts < cutoff)
 		{
 			lo = v + 1;
+			*cut_after = ts;
 			break;
 		}
+		*cut_until = Min(*cut_until, ts);
 	}
+	return lo;
+}
+
+/* statement_timestamp() - max_age of rule r, for the read of f */
+static TimestampTz
+rule_cutoff(EsrcRuleFilter *f, StreamRule *r)
+{
+	if (!r->has_max_age)
+		return 0;
+	if (!f->cutoff_known || memcmp(&f->cutoff_age, &r->max_age, sizeof(Interval)) != 0)
+	{
+		f->cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+															TimestampTzGetDatum(f->now),
+															IntervalPGetDatum(&r->max_age)));
+		f->cutoff_age = r->max_age;
+		f->cutoff_known = true;
+	}
+	return f->cutoff;
+}
+
+/*
+ * bound_of for a read that may reuse bounds: the rule's EsrcBound, if
+ * rulebound.c says it holds for this read, else computed and kept there.
+ */
+static int64
+bound_cached(EsrcRuleFilter *f, StreamRule *r, text *stream)
+{
+	TimestampTz cutoff = rule_cutoff(f, r);
+	TimestampTz after;
+	TimestampTz until;
+	uint64		mark;
+	bool		quiet;
+	int64		lo;
+
+	lo = esrc_bound_lookup(&r->bound, r->hash, f->serial, f->clock, cutoff,
+						   &mark, &quiet);
+	if (lo < 0)
+	{
+		lo = rule_first_visible(f, r, stream, cutoff, &after, &until);
+		esrc_bound_store(&r->bound, f->serial, mark, quiet, lo, after, until);
+	}
+	f->last_bound_rule = r;
+	f->last_bound = lo;
 	return lo;
 }
 
@@ -430,6 +543,8 @@ bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
 		return Max(r->truncate_before, 0);
 	if (r == f->last_bound_rule)
 		return f->last_bound;
+	if (f->serial != 0)
+		return bound_cached(f, r, stream);
 	if (f->bounds == NULL)
 	{
 		HASHCTL		ctl;
@@ -442,7 +557,13 @@ bound_of(EsrcRuleFilter *f, StreamRule *r, text *stream)
 	}
 	b = hash_search(f->bounds, &r, HASH_ENTER, &found);
 	if (!found)
-		b->first_visible = rule_first_visible(f, r, stream);
+	{
+		TimestampTz after;
+		TimestampTz until;
+
+		b->first_visible = rule_first_visible(f, r, stream, rule_cutoff(f, r),
+											  &after, &until);
+	}
 	f->last_bound_rule = r;
 	f->last_bound = b->first_visible;
 	return b->first_visible;
@@ -500,18 +621,108 @@ esrc_rules_end(EsrcRuleFilter *f)
 }
 
 /*
- * Refuse an append to a stream deleted permanently.  The caller holds the
- * stream lock and has made its earlier commands visible.
+ * The first visible version of stream under snap, from the stream's row of
+ * esrc.stream_rules as snap sees it -- not from the cache, which may be
+ * older -- by the same rule_first_visible() the reads use, with now in
+ * place of the read's statement_timestamp() for max_age.  For the
+ * scavenger (scavenge.c), which holds the stream lock, so the rules
+ * cannot change under it.  Returns false when the stream has no rules.
+ * Reads the table and the log as catalogs are read: no privilege checks.
  */
-void
-esrc_rules_check_append(const char *stream)
+bool
+esrc_rules_first_visible_now(const char *stream, Snapshot snap, TimestampTz now,
+							 int64 *first_visible)
+{
+	Relation	rel = table_open(esrc_relation_oid("stream_rules"), AccessShareLock);
+	Oid			idxoid = get_relname_relid("stream_rules_pkey", esrc_schema_oid());
+	Relation	idx;
+	TupleTableSlot *slot;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	bool		found = false;
+	StreamRule	r;
+
+	if (!OidIsValid(idxoid))
+		elog(ERROR, "esrc.stream_rules has no index stream_rules_pkey");
+	if (RelationGetDescr(rel)->natts != Natts_rules)
+		elog(ERROR, "esrc.stream_rules has an unexpected row type");
+	idx = index_open(idxoid, AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ,
+						   CStringGetTextDatum(stream));
+	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		slot_getallattrs(slot);
+		rule_from_slot(slot, &r, CurrentMemoryContext);
+		found = true;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	if (found)
+	{
+		EsrcRuleFilter f;
+		TimestampTz after;
+		TimestampTz until;
+
+		memset(&f, 0, sizeof(f));
+		f.snap = snap;
+		f.now = now;
+		f.checked = false;
+
+		*first_visible = rule_first_visible(&f, &r, cstring_to_text(stream),
+											rule_cutoff(&f, &r), &after, &until);
+		esrc_rules_end(&f);
+	}
+	return found;
+}
+
+/*
+ * Mark an append to a stream whose max_count or max_age rule depends on its
+ * newest events (rulebound.c), and return the stream's rule (NULL: none).
+ * The caller holds the stream lock, has made its earlier commands visible,
+ * and has not inserted the events yet.
+ */
+static StreamRule *
+mark_append(const char *stream)
 {
 	StreamRule *r;
 
 	rules_refresh();
-	if (rules_cache.nhard == 0)
-		return;
+	if (rules_cache.nrules == 0 ||
+		!maybe_has_rule(rules_cache.rules, stream, strlen(stream)))
+		return NULL;
 	r = find_rule(rules_cache.rules, stream, strlen(stream));
+	/* readers that keep the stream's bound must compute it again */
+	if (r != NULL && (r->max_count >= 0 || r->has_max_age))
+		esrc_mark_append(r->hash);
+	return r;
+}
+
+/*
+ * Only the marking of esrc_rules_check_append: for esrc's own events (the
+ * tombstones of erase_stream and delete_stream), which a hard delete does
+ * not refuse.  Same conditions.
+ */
+void
+esrc_rules_mark_append(const char *stream)
+{
+	(void) mark_append(stream);
+}
+
+/*
+ * Refuse an append to a stream deleted permanently, and mark it as
+ * mark_append does.  Same conditions.
+ */
+void
+esrc_rules_check_append(const char *stream)
+{
+	StreamRule *r = mark_append(stream);
+
 	if (r != NULL && r->hard_deleted)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -721,6 +932,9 @@ esrc_set_stream_rules(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	write_rules(stream, &rv);
+	/* events may be hidden now: the scavenging worker, if off in this database, starts */
+	if (esrc_scavenge_interval_s > 0)
+		esrc_projection_wake_at_commit();
 	esrc_record_erasure("set_stream_rules", stream, 0, reason,
 						(rv.truncate_before < 0 && rv.max_count < 0 && !rv.has_max_age) ?
 						NULL : rules_json(&rv),
@@ -732,10 +946,13 @@ esrc_set_stream_rules(PG_FUNCTION_ARGS)
 
 /*
  * esrc.delete_stream(stream, reason, hard DEFAULT false) -> bigint:
- * truncate_before becomes the stream's version + 1 (or stays, if higher),
- * its other rules stay; hard also refuses every later append.  Returns the
- * number of events the stream has, all hidden now; 0 for a stream deleted
- * permanently already (nothing changes, the call is still recorded).
+ * appends the stream's tombstone (an esrc.deleted event, data {"hard":
+ * true|false}) at the next version, and truncate_before becomes that
+ * version (or stays, if higher), so the tombstone is the stream's only
+ * visible event; its other rules stay; hard also refuses every later
+ * append.  Returns the number of events hidden (the versions before the
+ * tombstone); 0 for a stream deleted permanently already (nothing
+ * changes, no second tombstone, the call is still recorded).
  */
 Datum
 esrc_delete_stream(PG_FUNCTION_ARGS)
@@ -743,7 +960,7 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 	char	   *stream;
 	char	   *reason;
 	bool		hard;
-	int64		head;
+	bool		already_hard;
 	int64		events;
 	RuleValues	rv;
 
@@ -758,17 +975,33 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 				 errhint("Use false for a soft delete, true to refuse every later append.")));
 	hard = PG_GETARG_BOOL(2);
 
-	head = lock_stream_head(stream);
+	(void) lock_stream_head(stream);
 	current_rules(stream, &rv);
-	events = rv.hard_deleted ? 0 : head + 1;
+	already_hard = rv.hard_deleted;
+	events = 0;
+	if (!already_hard)
+	{
+		/*
+		 * The tombstone (esrc.h) at the next version, under the stream lock
+		 * taken above; it is the stream's first visible event.  None is
+		 * added when the head is the same tombstone already (deleted twice
+		 * with nothing appended in between) or the stream is erased.
+		 */
+		int64		tomb;
+
+		tomb = esrc_append_system_event(stream, ESRC_TYPE_DELETED,
+										DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+																		   CStringGetDatum(hard ? "{\"hard\": true}" : "{\"hard\": false}"))));
+		events = tomb;			/* the versions before it, all hidden */
+		rv.truncate_before = Max(rv.truncate_before, tomb);
+		rv.hard_deleted = hard;
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (!rv.hard_deleted)
-	{
-		rv.truncate_before = Max(rv.truncate_before, head + 1);
-		rv.hard_deleted = hard;
+	if (!already_hard)
 		write_rules(stream, &rv);
-	}
+	if (esrc_scavenge_interval_s > 0)
+		esrc_projection_wake_at_commit();
 	esrc_record_erasure("delete_stream", stream, events, reason, rules_json(&rv),
 						GetSessionUserId(), GetUserId());
 	if (SPI_finish() != SPI_OK_FINISH)

@@ -14,7 +14,8 @@
  * RowExclusiveLock on every snapshot table of the category, then reads
  * and writes the rows with a snapshot taken after those locks; every
  * snapshot is applied as its table's owner, security-restricted, in a GUC
- * nest level of its own (apply_to_all).
+ * nest level of its own (apply_to_all).  The tombstones of the life cycle
+ * (esrc.erased, esrc.deleted; esrc.h) never reach a reducer.
  *
  * Talks to: snapshot.c (the cache, locks, reducer calls, through
  * snapshotint.h), append.c (whose INSERT fires the trigger; the stream
@@ -228,8 +229,16 @@ apply_event_direct(SnapshotDef *def, Datum stream, const char *stream_str,
 	else
 		state = JsonbPGetDatum(def->initial_state);
 
+	/* a tombstone (event 0): no new row, no reducer, the version moves on */
+	if (event == (Datum) 0 && !exists)
+	{
+		ExecDropSingleTupleTableSlot(oldslot);
+		index_close(idx, NoLock);
+		table_close(rel, NoLock);
+		return;
+	}
 	check_in_step(def, stream_str, exists, prev, version, snap);
-	newstate = snap_call_reducer(def, state, event);
+	newstate = event == (Datum) 0 ? state : snap_call_reducer(def, state, event);
 
 	/* an executor state just for the write, as the replication apply has */
 	estate = esrc_make_write_estate(rel, &rri);
@@ -301,10 +310,13 @@ apply_event_spi(SnapshotDef *def, Datum stream, const char *stream_str,
 	else
 		state = JsonbPGetDatum(def->initial_state);
 
+	/* a tombstone (event 0): no new row, no reducer, the version moves on */
+	if (event == (Datum) 0 && !exists)
+		return;
 	check_in_step(def, stream_str, exists, prev, version, snap);
 
 	values[1] = Int64GetDatum(version);
-	values[2] = snap_call_reducer(def, state, event);
+	values[2] = event == (Datum) 0 ? state : snap_call_reducer(def, state, event);
 	values[3] = TimestampTzGetDatum(now);
 
 	rc = SPI_execute_snapshot(snap_def_plan(def, exists ? PLAN_UPDATE : PLAN_INSERT),
@@ -425,6 +437,8 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	ErrorContextCallback errcb;
 	ApplyErrorArg errarg;
 	bool		use_spi = false;
+	text	   *type;
+	bool		system;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) ||
 		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -451,6 +465,19 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	if (!holds_stream_lock(stream_str))
 		return PointerGetDatum(NULL);
 
+	/*
+	 * The tombstones of the life cycle (esrc.h) are not applied: the
+	 * snapshot of an erased stream has no row and gets none; on a deleted
+	 * stream's row the tombstone only moves the version on (state
+	 * unchanged), so a later append stays in step (S2).  Rebuilds and
+	 * replays do the same (snap_fold_apply).
+	 */
+	type = DatumGetTextPP(heap_getattr(tuple, attno(desc, "type"), desc, &isnull));
+	system = esrc_is_system_type(VARDATA_ANY(type), VARSIZE_ANY_EXHDR(type));
+	if (system && VARSIZE_ANY_EXHDR(type) == strlen(ESRC_TYPE_ERASED) &&
+		memcmp(VARDATA_ANY(type), ESRC_TYPE_ERASED, strlen(ESRC_TYPE_ERASED)) == 0)
+		return PointerGetDatum(NULL);
+
 	category = TextDatumGetCString(heap_getattr(tuple, attno(desc, "category"), desc, &isnull));
 
 	/*
@@ -469,7 +496,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 		evvalues[i] = heap_getattr(tuple,
 								   attno(desc, NameStr(TupleDescAttr(snap_cache.event_desc, i)->attname)),
 								   desc, &evnulls[i]);
-	event = snap_make_event(evvalues, evnulls);
+	event = system ? (Datum) 0 : snap_make_event(evvalues, evnulls);
 	now = GetCurrentTimestamp();
 
 	for (i = 0; i < entry->count; i++)

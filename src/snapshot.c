@@ -832,6 +832,21 @@ snap_fold_apply(Fold *f, Datum *values, bool *nulls)
 						f->stream, f->next_version),
 				 errdetail("The next stored event has version " INT64_FORMAT ".", version)));
 
+	/*
+	 * A tombstone of the life cycle (esrc.h) is not folded: the version
+	 * moves on, the state stays (snapapply.c does the same).
+	 */
+	if (!nulls[Anum_events_type - 1])
+	{
+		text	   *type = DatumGetTextPP(values[Anum_events_type - 1]);
+
+		if (esrc_is_system_type(VARDATA_ANY(type), VARSIZE_ANY_EXHDR(type)))
+		{
+			f->next_version = version + 1;
+			return;
+		}
+	}
+
 	f->errarg.version = version;
 	errcb.callback = snap_apply_error_callback;
 	errcb.arg = &f->errarg;

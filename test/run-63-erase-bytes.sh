@@ -18,6 +18,7 @@
 # data as written, and the other streams unchanged.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$ESRC_ROOT/test/lifecycle/common.sh"
 
 secs=${ESRC_SCRUB_SECONDS:-5}
 dir=$(test_tmpdir erasebytes)
@@ -73,22 +74,7 @@ keep_sum() {
           WHERE stream LIKE 'keep-%'"
 }
 datadir=$dir/data
-files() {  # every segment of the heap and of the TOAST relation of esrc.events
-    local p
-    for p in $(q -c "SELECT pg_relation_filepath('esrc.events')" \
-                 -c "SELECT pg_relation_filepath(reltoastrelid) FROM pg_class
-                     WHERE oid = 'esrc.events'::regclass"); do
-        ls "$datadir/$p" "$datadir/$p".[0-9]* 2>/dev/null || true
-    done
-}
-found() {  # marker -> number of occurrences in the files
-    local f n=0 c
-    for f in $(files); do
-        c=$(grep -a -o -F -- "$1" "$f" | wc -l)
-        n=$((n + c))
-    done
-    echo "$n"
-}
+found() { erase_found q "$datadir" "$1"; }  # marker -> occurrences in the files
 report() {  # step: print every marker's count, one line
     local k line="$1:"
     for k in Esmall Emeta Ebig Ksmall Kmeta Kbig; do line="$line $k=$(found "${M[$k]}")"; done

@@ -21,7 +21,7 @@ CREATE SEQUENCE esrc.erasure_id_seq AS bigint MINVALUE 1 NO CYCLE;
 CREATE TABLE esrc.erasures (
     id                bigint      NOT NULL DEFAULT pg_catalog.nextval('esrc.erasure_id_seq'::pg_catalog.regclass),
     what              text        NOT NULL,
-    stream            text        NOT NULL,
+    stream            text,
     events            bigint      NOT NULL CHECK (events >= 0),
     session_user_name name        NOT NULL,
     current_user_name name        NOT NULL,
@@ -29,17 +29,18 @@ CREATE TABLE esrc.erasures (
     reason            text        NOT NULL CHECK (reason <> ''),
     rules             jsonb,
     CONSTRAINT erasures_pkey PRIMARY KEY (id),
-    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream', 'forget_subject'))
+    CONSTRAINT erasures_what_check CHECK (what IN ('erase_stream', 'set_stream_rules', 'delete_stream', 'forget_subject', 'scavenge')),
+    CONSTRAINT erasures_stream_check CHECK (stream IS NOT NULL OR what = 'scavenge')
 );
 ALTER SEQUENCE esrc.erasure_id_seq OWNED BY esrc.erasures.id;
 -- Is this stream erased?  (a lookup by stream, docs/lifecycle.md)
 CREATE INDEX erasures_stream_idx ON esrc.erasures (stream);
 COMMENT ON TABLE esrc.erasures IS
-    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream, esrc.forget_subject), recorded in its transaction, with who and why.  Append-only.';
-COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules, delete_stream or forget_subject.';
-COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, deleted or given rules, or the subject forgotten.';
-COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0; forget_subject: keys destroyed (1, or 0: forgotten already).';
-COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); erase_stream and forget_subject: null.';
+    'Every use of the life-cycle functions (esrc.erase_stream, esrc.set_stream_rules, esrc.delete_stream, esrc.forget_subject, esrc.scavenge and its worker), recorded in its transaction, with who and why.  Append-only.';
+COMMENT ON COLUMN esrc.erasures.what IS 'The function: erase_stream, set_stream_rules, delete_stream, forget_subject or scavenge.';
+COMMENT ON COLUMN esrc.erasures.stream IS 'The stream erased, deleted or given rules, or the subject forgotten; null for a scavenge, which spans streams.';
+COMMENT ON COLUMN esrc.erasures.events IS 'erase_stream: events redacted by this call (0: the stream was erased already); delete_stream: events the stream had, all hidden now (0: deleted permanently already); set_stream_rules: 0; forget_subject: keys destroyed (1, or 0: forgotten already); scavenge: events redacted by the slice.';
+COMMENT ON COLUMN esrc.erasures.rules IS 'set_stream_rules and delete_stream: the stream''s rules after the call (null: none); scavenge: streams_visited, streams_redacted and pass_done of the slice; erase_stream and forget_subject: null.';
 COMMENT ON COLUMN esrc.erasures.session_user_name IS 'session_user of the call.';
 COMMENT ON COLUMN esrc.erasures.current_user_name IS 'current_user of the call.';
 COMMENT ON COLUMN esrc.erasures.erased_at IS 'Start of the erasing transaction.';
@@ -100,7 +101,7 @@ CREATE TABLE esrc.stream_rules (
     CONSTRAINT stream_rules_hard_check CHECK (NOT hard_deleted OR truncate_before IS NOT NULL)
 );
 COMMENT ON TABLE esrc.stream_rules IS
-    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored.  Written by esrc.set_stream_rules and esrc.delete_stream.';
+    'Per stream, the events the read functions hide (docs/lifecycle.md).  The hidden events stay stored until esrc.scavenge redacts them.  Written by esrc.set_stream_rules and esrc.delete_stream.';
 COMMENT ON COLUMN esrc.stream_rules.truncate_before IS 'Versions below it are hidden (null: no such rule).';
 COMMENT ON COLUMN esrc.stream_rules.max_count IS 'All but the last max_count versions of the stream at read time are hidden (null: no such rule).';
 COMMENT ON COLUMN esrc.stream_rules.max_age IS 'Every version up to the last one recorded before statement_timestamp() - max_age is hidden (null: no such rule).';
@@ -180,3 +181,61 @@ COMMENT ON FUNCTION esrc.scrub(integer, boolean) IS
     'Zero the free space of at most max_pages pages of esrc.events and its TOAST table (the bytes of row versions VACUUM removed), WAL-logged, one page at a time; resumes the current pass (or starts one: restart, or none in progress); one row per relation, done when the pass reached its end.';
 REVOKE ALL ON FUNCTION esrc.scrub(integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.scrub(integer, boolean) TO esrc_admin;
+
+------------------------------------------------------------------------
+-- The scavenger (src/scavenge.c, docs/lifecycle.md): esrc.scavenge
+-- redacts in place, as esrc.erase_stream does, the events that stream
+-- rules hide, a bounded slice per call (pg_cron), or every
+-- esrc.scavenge_interval in a background worker.  Its position and totals
+-- are in esrc.scavenge_progress (one row), and per stream the version
+-- below which every event is redacted in esrc.scavenge_streams; both are
+-- written by the scavenger alone (as the tables' owner) and not dumped (a
+-- restored database starts a new pass).  EXECUTE (esrc_admin) is the check.
+------------------------------------------------------------------------
+CREATE TABLE esrc.scavenge_progress (
+    id                     integer     NOT NULL DEFAULT 1,
+    resume_after           text,
+    pass_started_at        timestamptz,
+    passes_completed       bigint      NOT NULL DEFAULT 0,
+    streams_visited        bigint      NOT NULL DEFAULT 0,
+    events_redacted        bigint      NOT NULL DEFAULT 0,
+    last_run_at            timestamptz,
+    last_run_events        bigint,
+    last_pass_completed_at timestamptz,
+    CONSTRAINT scavenge_progress_pkey PRIMARY KEY (id),
+    CONSTRAINT scavenge_progress_id_check CHECK (id = 1)
+);
+COMMENT ON TABLE esrc.scavenge_progress IS
+    'The position and totals of esrc.scavenge: one row.  Written by the scavenger only.';
+COMMENT ON COLUMN esrc.scavenge_progress.resume_after IS 'The last stream of esrc.stream_rules the current pass finished (null: the pass starts at the first).';
+COMMENT ON COLUMN esrc.scavenge_progress.pass_started_at IS 'Start of the transaction of the current pass''s first slice (null: no pass in progress).';
+COMMENT ON COLUMN esrc.scavenge_progress.passes_completed IS 'Passes that reached the end of esrc.stream_rules.';
+COMMENT ON COLUMN esrc.scavenge_progress.streams_visited IS 'Streams with rules looked at, in all slices.';
+COMMENT ON COLUMN esrc.scavenge_progress.events_redacted IS 'Events redacted, in all slices.';
+COMMENT ON COLUMN esrc.scavenge_progress.last_run_at IS 'Start of the transaction of the last slice.';
+COMMENT ON COLUMN esrc.scavenge_progress.last_run_events IS 'Events the last slice redacted.';
+COMMENT ON COLUMN esrc.scavenge_progress.last_pass_completed_at IS 'Start of the transaction of the slice that completed the last pass.';
+
+CREATE TABLE esrc.scavenge_streams (
+    stream         text        NOT NULL,
+    redacted_below bigint      NOT NULL CHECK (redacted_below >= 0),
+    scavenged_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT scavenge_streams_pkey PRIMARY KEY (stream)
+);
+COMMENT ON TABLE esrc.scavenge_streams IS
+    'Per stream the scavenger has redacted events of: every version below redacted_below is redacted, so the next pass starts there.  Written by the scavenger only.';
+COMMENT ON COLUMN esrc.scavenge_streams.redacted_below IS 'Every version of the stream below it is redacted.';
+COMMENT ON COLUMN esrc.scavenge_streams.scavenged_at IS 'Start of the transaction that last moved redacted_below.';
+
+REVOKE ALL ON esrc.scavenge_progress, esrc.scavenge_streams FROM PUBLIC;
+GRANT SELECT ON esrc.scavenge_progress, esrc.scavenge_streams TO esrc_admin;
+
+CREATE FUNCTION esrc.scavenge(max_events integer DEFAULT 10000)
+    RETURNS TABLE (streams_visited bigint, streams_redacted bigint, events_redacted bigint,
+                   done boolean, pass_started_at timestamptz, resume_after text)
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_scavenge';
+COMMENT ON FUNCTION esrc.scavenge(integer) IS
+    'Redact in place (as esrc.erase_stream) at most max_events events that stream rules hide, looking at at most max_events streams; resumes the current pass over esrc.stream_rules; records the call in esrc.erasures if it redacted anything.  One row: what it did, done when the pass reached its end.';
+REVOKE ALL ON FUNCTION esrc.scavenge(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.scavenge(integer) TO esrc_admin;

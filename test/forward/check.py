@@ -16,6 +16,8 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
     key = stream, value = data, headers ce_specversion, ce_id, ce_type,
     ce_source, ce_subject, ce_time, content-type, ce_esrcstream,
     ce_esrcversion, ce_esrcposition, ce_esrcmetadata (absent when null),
+    ce_traceparent / ce_tracestate when the metadata has a valid W3C
+    traceparent (and a tracestate of at most 512 bytes), else absent,
     topic = prefix + category;
   * the set of forwarded positions equals the committed events (minus the
     skipped ones); exactly_once: each exactly once; at_least_once: at
@@ -32,6 +34,36 @@ import sys
 from collections import defaultdict
 
 failures = 0
+HEX = set("0123456789abcdef")
+
+
+def valid_traceparent(tp):
+    """W3C trace context, as docs/forwarder.md states it (an oracle
+    written apart from src/trace.c)."""
+    if not isinstance(tp, str) or not 55 <= len(tp.encode()) <= 512:
+        return False
+    parts = tp.split("-")
+    if len(parts) < 4:
+        return False
+    ver, trace, parent, flags = parts[:4]
+    lens = [len(ver), len(trace), len(parent), len(flags)]
+    if lens != [2, 32, 16, 2] or not all(set(x) <= HEX for x in parts[:4]):
+        return False
+    if ver == "ff" or set(trace) == {"0"} or set(parent) == {"0"}:
+        return False
+    return len(tp) == 55 or ver != "00"
+
+
+def trace_headers(metadata):
+    """The ce_traceparent / ce_tracestate a record must carry."""
+    md = json.loads(metadata) if metadata is not None else None
+    if not isinstance(md, dict) or not valid_traceparent(md.get("traceparent")):
+        return {}
+    h = {"ce_traceparent": md["traceparent"]}
+    ts = md.get("tracestate")
+    if isinstance(ts, str) and len(ts.encode()) <= 512:
+        h["ce_tracestate"] = ts
+    return h
 
 
 def check(ok, what, detail=""):
@@ -138,6 +170,7 @@ def main():
         }
         if e["metadata"] is not None:
             want["ce_esrcmetadata"] = e["metadata"]
+        want.update(trace_headers(e["metadata"]))
         if h != want:
             diff = {k: (h.get(k), want.get(k)) for k in set(h) | set(want) if h.get(k) != want.get(k)}
             bad.append(f"position {pos}: headers differ (got, want): {diff}")

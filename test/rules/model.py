@@ -1,7 +1,8 @@
 """Property test of the stream rules against a model (test/run-62-stream-rules-model.sh).
 
 Random appends, random rules (truncate_before, max_count, max_age), soft and
-hard deletes and clears on random streams of two categories, interleaved with
+hard deletes (each appends its esrc.deleted tombstone, the first version it
+leaves visible) and clears on random streams of two categories, interleaved with
 random reads of every read function (read_stream, read_stream_backward with
 and without bounds and limits, read_category, read_all, esrc.poll with ack,
 snapshot_at).  Each read's result is compared with what a Python model of the
@@ -31,6 +32,7 @@ conn.execute("SELECT esrc.create_snapshot('public.model_state', 'ma', 'esrc.merg
 streams = [f"{c}-{i}" for c in ("ma", "mb") for i in range(6)]
 rules = {}          # stream -> dict(tb, mc, age (timedelta), hard)
 heads = {s: -1 for s in streams}
+tombs = {}          # stream -> (version, hard) of its delete_stream tombstone
 failures = []
 checks = 0
 
@@ -131,10 +133,23 @@ def delete(s, hard):
         if n != 0:
             fail(f"delete of hard-deleted {s}", n, 0)
         return
-    if n != heads[s] + 1:
-        fail(f"delete_stream {s} count", n, heads[s] + 1)
+    # the tombstone (an esrc.deleted event, data {"hard": ...}) at the next
+    # version, unless the head is that same tombstone already (deleted
+    # again with nothing appended); it is the first visible version
+    if tombs.get(s) == (heads[s], hard):
+        tomb = heads[s]
+    else:
+        tomb = heads[s] + 1
+    if n != tomb:
+        fail(f"delete_stream {s} count", n, tomb)
+    row = conn.execute("SELECT type, data FROM esrc.events WHERE stream = %s AND version = %s",
+                       (s, tomb)).fetchone()
+    if row != ("esrc.deleted", {"hard": hard}):
+        fail(f"delete_stream {s} tombstone at {tomb}", row, ("esrc.deleted", {"hard": hard}))
+    heads[s] = tomb
+    tombs[s] = (tomb, hard)
     r = r or dict(tb=None, mc=None, age=None, hard=False)
-    r["tb"] = max(r["tb"] if r["tb"] is not None else 0, heads[s] + 1)
+    r["tb"] = max(r["tb"] if r["tb"] is not None else 0, tomb)
     r["hard"] = hard
     rules[s] = r
 

@@ -22,7 +22,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  *
  * Usage: UserEventsConsumer BROKERS TOPIC EXPECTED_COUNT [TIMEOUT_SECONDS]
  *
- * Prints one line per event and exits 0 once EXPECTED_COUNT events were
+ * Prints one line per event (with the W3C trace context headers
+ * ce_traceparent and ce_tracestate, "-" when absent: an OpenTelemetry
+ * consumer would continue that trace) and exits 0 once EXPECTED_COUNT events were
  * read with all required headers and each stream's versions in order;
  * exits 1 otherwise.
  */
@@ -78,9 +80,11 @@ public final class UserEventsConsumer {
                     if (previous != null && version != previous + 1) {
                         problems.add(rec.key() + ": version " + version + " after " + previous);
                     }
-                    System.out.printf("partition=%d offset=%d key=%s version=%d type=%s id=%s time=%s value=%s%n",
+                    System.out.printf("partition=%d offset=%d key=%s version=%d type=%s id=%s time=%s"
+                            + " traceparent=%s tracestate=%s value=%s%n",
                             rec.partition(), rec.offset(), rec.key(), version, h.get("ce_type"),
-                            h.get("ce_id"), h.get("ce_time"), rec.value());
+                            h.get("ce_id"), h.get("ce_time"), h.getOrDefault("ce_traceparent", "-"),
+                            h.getOrDefault("ce_tracestate", "-"), rec.value());
                 }
             }
         }
