@@ -683,6 +683,92 @@ REVOKE ALL ON FUNCTION esrc.scrub(integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.scrub(integer, boolean) TO esrc_admin;
 
 
+------------------------------------------------------------------------
+-- The forwarder serves every database of esrc.databases, one worker
+-- each (src/fwdlauncher.c): esrc.forwarder_worker_status() returns one
+-- row per forwarded database, so the function (its return type) and the
+-- view on it are made again (src/sql/20_forwarder.sql).
+------------------------------------------------------------------------
+DROP VIEW esrc.forwarder_status;
+DROP FUNCTION esrc.forwarder_worker_status();
+CREATE FUNCTION esrc.forwarder_worker_status(
+    OUT state text,
+    OUT detail text,
+    OUT database text,
+    OUT brokers text,
+    OUT delivery text,
+    OUT paused boolean,
+    OUT last_position bigint,
+    OUT delivered_total bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT blocked_position bigint,
+    OUT blocked_stream text,
+    OUT pid int,
+    OUT state_since timestamptz)
+RETURNS SETOF record
+    LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED ROWS 4
+    AS 'MODULE_PATHNAME', 'esrc_forwarder_worker_status';
+COMMENT ON FUNCTION esrc.forwarder_worker_status() IS
+    'What the Kafka forwarder workers publish in shared memory, one row per forwarded database; use the view esrc.forwarder_status.';
+
+CREATE VIEW esrc.forwarder_status AS
+    SELECT w.state,
+           w.detail,
+           w.database,
+           w.brokers,
+           w.delivery,
+           w.paused,
+           p.last_position,
+           CASE WHEN h.here THEN (SELECT count(*)
+              FROM esrc.events e
+             WHERE e.position > p.last_position
+               AND e.position <= h.safe_position
+               AND NOT EXISTS (SELECT 1 FROM esrc.forwarder_skips s
+                               WHERE s.position = e.position)) END AS events_pending,
+           (SELECT greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - e.recorded_at))::double precision
+              FROM esrc.events e
+             WHERE h.here
+               AND e.position > p.last_position
+               AND e.position <= h.safe_position
+             ORDER BY e.position
+             LIMIT 1) AS lag_seconds,
+           w.delivered_total,
+           w.last_delivery_at,
+           w.last_error,
+           w.last_error_at,
+           w.blocked_position,
+           w.blocked_stream,
+           w.pid,
+           w.state_since
+      FROM esrc.forwarder_worker_status() w,
+           LATERAL (SELECT w.database = pg_catalog.current_database() AS here,
+                           esrc.safe_position() AS safe_position) h,
+           LATERAL (SELECT CASE WHEN h.here
+                                THEN coalesce(w.last_position,
+                                              (SELECT fs.position FROM esrc.forwarder_state fs))
+                                ELSE w.last_position END AS last_position) p;
+COMMENT ON VIEW esrc.forwarder_status IS
+    'One row per forwarded database (esrc.databases), from any database, plus one for this database when it is not forwarded: the Kafka forwarder''s state, configuration (never esrc.kafka_properties), progress, events pending and lag in seconds of the oldest pending event (this database''s row only), and its last error.';
+COMMENT ON COLUMN esrc.forwarder_status.state IS
+    'stopped, starting, idle (no brokers), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), no extension (esrc is not installed in that database), no database (a listed database that does not exist), or inactive (this database is not forwarded).';
+COMMENT ON COLUMN esrc.forwarder_status.last_position IS
+    'Last forwarded position: the worker''s own when one runs, else (this database''s row) esrc.forwarder_state.position.';
+COMMENT ON COLUMN esrc.forwarder_status.events_pending IS
+    'Committed events after last_position up to esrc.safe_position(), not counting skipped ones; null in the rows of other databases.';
+COMMENT ON COLUMN esrc.forwarder_status.lag_seconds IS
+    'Seconds since the oldest pending event was recorded; null when nothing is pending, and in the rows of other databases.';
+COMMENT ON COLUMN esrc.forwarder_status.delivered_total IS
+    'Records Kafka acknowledged since the server started.';
+COMMENT ON COLUMN esrc.forwarder_status.blocked_position IS
+    'Position of the event Kafka refuses (state blocked); see esrc.forwarder_skip().';
+GRANT SELECT ON esrc.forwarder_status TO esrc_reader;
+REVOKE ALL ON FUNCTION esrc.forwarder_worker_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.forwarder_worker_status() TO esrc_reader;
+COMMENT ON FUNCTION esrc.forwarder_pause() IS
+    'Stop forwarding (every database''s forwarder) after the batch in hand, until esrc.forwarder_resume() or a server restart; appends are not affected.';
+
 -- esrc.erasures records the scavenger's slices too (what = 'scavenge',
 -- no stream).
 ALTER TABLE esrc.erasures ALTER COLUMN stream DROP NOT NULL;

@@ -9,7 +9,8 @@ SELECT name, setting, context, vartype, enumvals
   FROM pg_settings
  WHERE name IN ('esrc.kafka_brokers', 'esrc.database', 'esrc.kafka_topic',
                 'esrc.kafka_offsets_topic', 'esrc.kafka_properties',
-                'esrc.kafka_batch_size', 'esrc.delivery')
+                'esrc.kafka_batch_size', 'esrc.delivery', 'esrc.databases',
+                'esrc.max_forwarders')
  ORDER BY name;
 
 -- changed only in the configuration files, then a reload
@@ -19,6 +20,14 @@ SET esrc.kafka_brokers = 'localhost:9092';
 -- check hooks (ALTER SYSTEM runs them and writes nothing when they refuse)
 ALTER SYSTEM SET esrc.kafka_topic = 'events.{stream}';
 ALTER SYSTEM SET esrc.kafka_topic = 'my events';
+ALTER SYSTEM SET esrc.kafka_topic = 'events.{database';
+ALTER SYSTEM SET esrc.kafka_topic = 'events.{db}.{category}';
+ALTER SYSTEM SET esrc.databases = 'app, app';
+ALTER SYSTEM SET esrc.databases = 'app,,billing';
+ALTER SYSTEM SET esrc.databases = '"app';
+ALTER SYSTEM SET esrc.databases = '*, app';
+SET esrc.databases = '*';
+SET esrc.max_forwarders = 2;
 ALTER SYSTEM SET esrc.kafka_offsets_topic = '..';
 ALTER SYSTEM SET esrc.kafka_brokers = 'a:9092,,b:9092';
 ALTER SYSTEM SET esrc.kafka_brokers = E'a:9092\n';
@@ -32,6 +41,12 @@ ALTER SYSTEM SET esrc.kafka_properties = 'partitioner=random';
 -- syntax; the message never shows the value (it may hold a password)
 ALTER SYSTEM SET esrc.kafka_properties = 'sasl.password=s3cret;linger.ms';
 ALTER SYSTEM SET esrc.kafka_properties = 'sasl.password=s3cret;bad name=1';
+-- accepted: a list, '*', {database} in the topic; then reset
+ALTER SYSTEM SET esrc.databases = 'app, "Billing", ops';
+ALTER SYSTEM SET esrc.databases = ' * ';
+ALTER SYSTEM SET esrc.kafka_topic = 'esrc.{database}.{category}';
+ALTER SYSTEM RESET esrc.databases;
+ALTER SYSTEM RESET esrc.kafka_topic;
 SELECT count(*) AS auto_conf_lines FROM pg_file_settings
  WHERE sourcefile LIKE '%postgresql.auto.conf' AND name LIKE 'esrc.%';
 

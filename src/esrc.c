@@ -7,8 +7,9 @@
  * registry that makes read_all() commit-safe (order.c) and the Kafka
  * forwarder live in shared memory that only the postmaster can allocate.
  * This file owns EsrcSharedState and hands the inflight[] part of it to
- * order.c.  GUCs are declared here, except the forwarder's, which
- * fwdconf.c defines (with its worker) from esrc_forwarder_init().
+ * order.c; the forwarders' status slots are fwdstatus.c's own struct.
+ * GUCs are declared here, except the forwarder's, which fwdconf.c
+ * defines (with its launcher) from esrc_forwarder_init().
  *
  *-------------------------------------------------------------------------
  */
@@ -111,7 +112,8 @@ esrc_shmem_extra_size(void)
 {
 	return add_size(add_size(add_size(esrc_wait_shmem_size(), esrc_lease_shmem_size()),
 							 esrc_projection_shmem_size()),
-					add_size(esrc_mark_shmem_size(), esrc_metrics_shmem_size()));
+					add_size(add_size(esrc_mark_shmem_size(), esrc_metrics_shmem_size()),
+							 esrc_forwarder_shmem_size()));
 }
 
 static void
@@ -133,13 +135,8 @@ esrc_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	esrc_shared = ShmemInitStruct("esrc", esrc_shmem_size(), &found);
-	if (!found)
-	{
-		pg_atomic_init_u32(&esrc_shared->forwarder_procno, 0);
-		esrc_shared->forwarder_dbid = InvalidOid;
-		esrc_forwarder_shmem_init();
-	}
 	esrc_order_shmem_init(found);
+	esrc_forwarder_shmem_init();
 	esrc_wait_shmem_init();
 	esrc_lease_shmem_init();
 	esrc_projection_shmem_init();

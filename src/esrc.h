@@ -7,9 +7,10 @@
  * registry of in-flight appends and the safe read horizon; append.c owns
  * the version-checked write path; read.c owns the read functions and
  * the index scans of the log;
- * forwarder.c owns the Kafka forwarder's background worker, with its
- * GUCs in fwdconf.c, its reads in fwdread.c and its status in
- * fwdstatus.c (forwarder.h), and the librdkafka glue in kafka.c;
+ * forwarder.c owns the Kafka forwarder's background worker (one per
+ * forwarded database, started by fwdlauncher.c), with its GUCs in
+ * fwdconf.c, its reads in fwdread.c and its status slots in fwdstatus.c
+ * (forwarder.h), and the librdkafka glue in kafka.c;
  * lifecycle.c owns esrc.erase_stream() and the audit table esrc.erasures;
  * rules.c owns the stream rules (esrc.set_stream_rules(),
  * esrc.delete_stream()) and the cache the read paths apply them from;
@@ -89,47 +90,11 @@ typedef struct EsrcInflightSlot
 } EsrcInflightSlot;
 
 /*
- * What the Kafka forwarder worker (forwarder.c, fwdstatus.c) publishes for
- * esrc.forwarder_status and reads from esrc.forwarder_pause()/resume().
- * Only the worker writes the fields, with changecount odd while it does;
- * a backend copies them and retries until changecount was even and the
- * same before and after its copy (fwdstatus.c).  "paused" is written by
- * the SQL functions and read by the worker.  Strings are NUL-terminated and truncated to fit.
- */
-#define ESRC_FWD_ERROR_LEN		512
-#define ESRC_FWD_BROKERS_LEN	256
-
-typedef struct EsrcForwarderShared
-{
-	pg_atomic_uint32 paused;	/* 1 = esrc.forwarder_pause() in effect */
-	pg_atomic_uint32 changecount;	/* odd while the worker writes what
-									 * follows (fwdstatus.c) */
-	int			state;			/* EsrcForwarderState (forwarder.h) */
-	int			pid;			/* worker pid, 0 = no worker */
-	TimestampTz state_since;	/* when state last changed */
-	char		detail[ESRC_FWD_ERROR_LEN];	/* why idle/blocked, free text */
-	char		database[NAMEDATALEN];	/* database the worker serves */
-	char		brokers[ESRC_FWD_BROKERS_LEN];	/* the worker's broker list */
-	bool		exactly_once;	/* delivery mode in use */
-	int64		last_position;	/* last forwarded position, -1 = unknown */
-	uint64		delivered_total;	/* records acked since server start */
-	TimestampTz last_delivery_at;	/* 0 = never */
-	char		last_error[ESRC_FWD_ERROR_LEN];	/* "" = none */
-	TimestampTz last_error_at;	/* 0 = never */
-	int64		blocked_position;	/* poison record's position, 0 = none */
-	char		blocked_stream[ESRC_MAX_STREAM_NAME + 1];
-} EsrcForwarderShared;
-
-/*
- * The one shared-memory struct of esrc.
+ * The one shared-memory struct of esrc.  (The forwarders' status slots
+ * are a struct of their own, fwdstatus.c.)
  */
 typedef struct EsrcSharedState
 {
-	/* forwarder: latch to set after a commit that appended (NULL = none) */
-	pg_atomic_uint32 forwarder_procno;	/* pgprocno + 1, 0 = no worker */
-	Oid			forwarder_dbid; /* database the worker serves */
-	EsrcForwarderShared forwarder;	/* status of the worker (forwarder.c) */
-
 	int			nslots;			/* entries in inflight[] */
 	EsrcInflightSlot inflight[FLEXIBLE_ARRAY_MEMBER];
 } EsrcSharedState;
@@ -139,9 +104,19 @@ extern EsrcSharedState *esrc_shared;
 /* esrc.c */
 extern void esrc_require_shared(void);
 
-/* fwdconf.c: the forwarder's GUCs and worker; fwdstatus.c: its status */
+/*
+ * fwdconf.c: the forwarders' GUCs and launcher; fwdstatus.c: their status
+ * slots in shared memory, and esrc_forwarder_wake (at the commit of an
+ * append, order.c) which sets the latch of this database's forwarder
+ */
 extern void esrc_forwarder_init(void);
+extern Size esrc_forwarder_shmem_size(void);
 extern void esrc_forwarder_shmem_init(void);
+extern void esrc_forwarder_wake(void);
+
+/* projlauncher.c: every database that accepts connections (launchers) */
+extern void esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg),
+								void *arg);
 /* fwdconf.c: what an append may hold when this database is forwarded */
 extern Size esrc_forwarder_event_limit(void);
 extern void esrc_forwarder_refuse_size(int index, Size limit);

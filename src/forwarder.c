@@ -4,7 +4,9 @@
  *	  The Kafka forwarder's background worker: its main loop, its state,
  *	  signals and reloads, and the sending of batches through kafka.c.
  *
- * One worker per cluster serves the database named by esrc.database.  It
+ * One worker per forwarded database (esrc.databases, or esrc.database),
+ * started by the launcher (fwdlauncher.c) with its status slot as its
+ * argument; the slot names the database.  It
  * reads events in position order, up to the safe horizon of order.c (so
  * only committed events, and never one that a later commit could still
  * precede), in short transactions (fwdread.c), and hands each batch to
@@ -121,7 +123,7 @@ copy_config(void)
 	MemoryContextSwitchTo(old);
 
 	{
-		EsrcForwarderShared *f = &esrc_shared->forwarder;
+		EsrcForwarderShared *f = fwd_slot;
 
 		fwd_status_write_begin(f);
 		strlcpy(f->brokers, fwd_cfg.brokers, sizeof(f->brokers));
@@ -156,14 +158,7 @@ reload_config(void)
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 
-	if (fwd_served_database != NULL && strcmp(fwd_served_database, esrc_database) != 0)
-	{
-		ereport(LOG,
-				(errmsg("esrc forwarder: esrc.database changed from \"%s\" to \"%s\", restarting",
-						fwd_served_database, esrc_database)));
-		proc_exit(1);
-	}
-
+	/* esrc.databases: the launcher stops us when we are no longer wanted */
 	kafka_changed = strcmp(fwd_cfg.brokers, esrc_kafka_brokers) != 0 ||
 		strcmp(fwd_cfg.properties, esrc_kafka_properties) != 0 ||
 		strcmp(fwd_cfg.offsets_topic, esrc_kafka_offsets_topic) != 0 ||
@@ -184,19 +179,20 @@ reload_config(void)
 static void
 forwarder_exit(int code, Datum arg)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	EsrcForwarderShared *f = fwd_slot;
 	TimestampTz now;
 
 	/* every Kafka client, also those of a connect a SIGTERM cut short */
 	esrc_kafka_shutdown();
 	kafka = NULL;
-	pg_atomic_write_u32(&esrc_shared->forwarder_procno, 0);
-	esrc_shared->forwarder_dbid = InvalidOid;
+	pg_atomic_write_u32(&f->procno, 0);
 	now = GetCurrentTimestamp();
 	fwd_status_write_begin(f);
-	f->state = FWD_STOPPED;
+	if (f->state != FWD_NO_EXTENSION)
+		f->state = FWD_STOPPED;
 	f->state_since = now;
 	f->pid = 0;
+	f->log_id[0] = '\0';
 	fwd_status_write_end(f);
 }
 
@@ -251,6 +247,27 @@ connect_kafka(void)
 	char		client_id[64];
 	int64		kafka_position = 0;
 
+	/*
+	 * Our Kafka identity is esrc-<log_id>: a database copied from another
+	 * that has esrc (CREATE DATABASE ... TEMPLATE) has the same log_id,
+	 * and two workers with one identity would fence each other and share
+	 * one position record.  Publish ours, then look for another.
+	 */
+	fwd_publish_log_id(fwd_log_id);
+	{
+		const char *owner = fwd_log_id_owner(fwd_log_id);
+
+		if (owner != NULL)
+		{
+			snprintf(err, sizeof(err),
+					 "database \"%s\" has the same log_id as database \"%s\" (a copy of it)",
+					 fwd_served_database, owner);
+			fwd_report_failure(FWD_ERROR, err,
+							   "Two forwarders with one Kafka identity would fence each other; this one does not start. Give the copy an identity of its own: UPDATE esrc.forwarder_state SET log_id = gen_random_uuid(), position = 0 (it is then forwarded from the start).");
+			schedule_retry();
+			return false;
+		}
+	}
 	snprintf(client_id, sizeof(client_id), "esrc-%s", fwd_log_id);
 	memset(&s, 0, sizeof(s));
 	s.brokers = fwd_cfg.brokers;
@@ -334,7 +351,8 @@ resolve_topics(Batch *b, int *usable, char *err, size_t errlen)
 			*usable = i;
 			return ESRC_KAFKA_POISON;
 		}
-		ex = fwd_expand_topic(fwd_cfg.topic, b->categories[i], name, sizeof(name));
+		ex = fwd_expand_topic(fwd_cfg.topic, b->categories[i], fwd_served_database,
+							  name, sizeof(name));
 		if (ex == TOPIC_TOO_LONG)
 		{
 			snprintf(err, errlen, "cannot forward event at position " INT64_FORMAT " (stream \"%.200s\"): its topic name would be longer than Kafka allows (249 bytes)",
@@ -449,7 +467,7 @@ static bool
 may_go_on(void)
 {
 	return poison_position == 0 && !ConfigReloadPending &&
-		pg_atomic_read_u32(&esrc_shared->forwarder.paused) == 0;
+		!fwd_paused();
 }
 
 /* No event after a poison record goes before it: cut b there. */
@@ -757,8 +775,8 @@ account_batch(Batch *b, instr_time sent)
 /*
  * The served database is not UTF8: Kafka records are JSON labelled
  * application/json and carry the stream in headers, all of it UTF-8, so
- * nothing is sent.  Waits (serving reloads: a new esrc.database restarts
- * the worker) and never returns.
+ * nothing is sent.  Waits (serving reloads: the launcher stops us when the
+ * database leaves esrc.databases) and never returns.
  */
 static void
 refuse_database_encoding(void)
@@ -784,9 +802,15 @@ refuse_database_encoding(void)
  * slot in the status, its latch for pause/resume, the exit callback.
  */
 static void
-start_worker(void)
+start_worker(int slot)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	EsrcForwarderShared *f;
+
+	if (fwd_shared == NULL || slot < 0 || slot >= fwd_shared->nslots ||
+		!fwd_shared->slots[slot].in_use)
+		elog(ERROR, "invalid esrc forwarder slot %d", slot);
+	f = fwd_slot = &fwd_shared->slots[slot];
+	fwd_served_database = MemoryContextStrdup(TopMemoryContext, f->database);
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -795,14 +819,13 @@ start_worker(void)
 	fwd_status_write_begin(f);
 	f->pid = MyProcPid;
 	f->last_position = -1;
-	f->database[0] = '\0';
 	f->blocked_position = 0;
 	f->blocked_stream[0] = '\0';
 	fwd_status_write_end(f);
 	fwd_set_state(FWD_STARTING, NULL);
 
-	/* our latch: pause/resume set it now, commits once we serve a database */
-	pg_atomic_write_u32(&esrc_shared->forwarder_procno, esrc_my_procno() + 1);
+	/* our latch: pause/resume and commits in our database (order.c) set it */
+	pg_atomic_write_u32(&f->procno, esrc_my_procno() + 1);
 	before_shmem_exit(forwarder_exit, (Datum) 0);
 	esrc_kafka_wait_hook = fwd_kafka_wait_hook;
 	copy_config();
@@ -825,18 +848,12 @@ wait_for_brokers(void)
 }
 
 /*
- * Connect to esrc.database and pin the settings our SQL depends on
+ * Connect to our slot's database and pin the settings our SQL depends on
  * (fwdread.c); refuse a database that is not UTF8 (never returns then).
  */
 static void
 join_database(void)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
-
-	fwd_served_database = MemoryContextStrdup(TopMemoryContext, esrc_database);
-	fwd_status_write_begin(f);
-	strlcpy(f->database, fwd_served_database, sizeof(f->database));
-	fwd_status_write_end(f);
 	fwd_set_state(FWD_CONNECTING, NULL);
 	BackgroundWorkerInitializeConnection(fwd_served_database, NULL, 0);
 	pgstat_report_appname("esrc forwarder");
@@ -851,7 +868,6 @@ join_database(void)
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
-	esrc_shared->forwarder_dbid = MyDatabaseId;
 	batches[0].cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder batch",
 										   ALLOCSET_DEFAULT_SIZES);
 	batches[1].cxt = AllocSetContextCreate(TopMemoryContext, "esrc forwarder batch",
@@ -871,7 +887,7 @@ join_database(void)
 static bool
 wait_if_stopped(void)
 {
-	if (pg_atomic_read_u32(&esrc_shared->forwarder.paused) != 0)
+	if (fwd_paused())
 	{
 		fwd_set_state(FWD_PAUSED, "esrc.forwarder_pause() is in effect; esrc.forwarder_resume() continues.");
 		wait_latch(IDLE_WAIT_MS);
@@ -915,23 +931,48 @@ wait_for_retry(void)
 	return true;
 }
 
-/* The extension is not installed (or not ours): forget the log, wait. */
+/*
+ * The extension is not installed (or not ours): forget the log, wait.
+ * Under esrc.databases = '*' leave instead: the launcher asks this
+ * database again later (fwdlauncher.c).
+ */
 static void
 wait_for_extension(bool *said_no_extension)
 {
 	char		msg[256];
+	bool		all;
 
 	disconnect();
 	fwd_position = -1;
 	fwd_log_id[0] = '\0';
+	fwd_publish_log_id("");
+	(void) fwd_configured_databases(&all);
+	if (all)
+	{
+		fwd_set_state(FWD_NO_EXTENSION, NULL);
+		fwd_status_write_begin(fwd_slot);
+		fwd_slot->idle_exit = true;
+		fwd_status_write_end(fwd_slot);
+		proc_exit(0);
+	}
 	if (!*said_no_extension)
 		ereport(LOG,
 				(errmsg("esrc forwarder: extension esrc is not installed in database \"%s\", waiting",
 						fwd_served_database)));
+	if (!*said_no_extension || fwd_get_state() != FWD_NO_EXTENSION)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		snprintf(msg, sizeof(msg), "extension esrc is not installed in database \"%s\"",
+				 fwd_served_database);
+		fwd_status_write_begin(fwd_slot);
+		strlcpy(fwd_slot->last_error, msg, sizeof(fwd_slot->last_error));
+		fwd_slot->last_error_at = now;
+		fwd_status_write_end(fwd_slot);
+	}
 	*said_no_extension = true;
-	snprintf(msg, sizeof(msg), "Extension esrc is not installed in database \"%s\".",
-			 fwd_served_database);
-	fwd_set_state(FWD_IDLE, msg);
+	fwd_set_state(FWD_NO_EXTENSION,
+				  "Nothing is forwarded from this database until CREATE EXTENSION esrc; the other databases are not affected.");
 	wait_latch(IDLE_WAIT_MS);
 }
 
@@ -971,7 +1012,7 @@ esrc_forwarder_main(Datum main_arg)
 	Batch	   *spare = &batches[1];
 	bool		have = false;	/* cur holds a batch read ahead, unsent */
 
-	start_worker();
+	start_worker(DatumGetInt32(main_arg));
 	wait_for_brokers();
 	join_database();
 
@@ -1018,6 +1059,12 @@ esrc_forwarder_main(Datum main_arg)
 				continue;
 			}
 			said_no_extension = false;
+			if (!fwd_slot->has_extension)
+			{
+				fwd_status_write_begin(fwd_slot);
+				fwd_slot->has_extension = true;
+				fwd_status_write_end(fwd_slot);
+			}
 
 			if (kafka == NULL || fwd_position < 0)
 			{

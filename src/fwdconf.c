@@ -3,12 +3,14 @@
  * fwdconf.c
  *	  The forwarder's configuration: its GUCs and their check hooks, the
  *	  expansion of esrc.kafka_topic into topic names, the checks an append
- *	  makes when its database is forwarded, and the registration of the
- *	  worker (esrc_forwarder_init, from _PG_init).
+ *	  makes when its database is forwarded, the list of databases to
+ *	  forward, and the registration of the launcher (esrc_forwarder_init,
+ *	  from _PG_init).
  *
- * Every GUC here is PGC_SIGHUP: the worker copies them at start and at
- * each reload (forwarder.c, copy_config), and every backend has them for
- * the append-time checks.  The check hooks run in every backend at each
+ * Every GUC here but esrc.max_forwarders is PGC_SIGHUP: the workers copy
+ * them at start and at each reload (forwarder.c, copy_config), the
+ * launcher (fwdlauncher.c) follows esrc.databases, and every backend has
+ * them for the append-time checks and esrc.forwarder_status.  The check hooks run in every backend at each
  * reload, so they check syntax only and never load librdkafka; what
  * librdkafka thinks of esrc.kafka_properties the worker finds out when it
  * connects, and esrc.forwarder_status shows.  Properties the forwarder's
@@ -24,6 +26,7 @@
 #include "postgres.h"
 
 #include "commands/dbcommands.h"
+#include "utils/varlena.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "utils/guc.h"
@@ -42,6 +45,8 @@ static const struct config_enum_entry delivery_options[] = {
 /* GUC variables (forwarder.h) */
 char *esrc_kafka_brokers = NULL;
 char *esrc_database = NULL;
+char *esrc_databases = NULL;
+int	esrc_max_forwarders = 8;
 char *esrc_kafka_topic_template = NULL;
 char *esrc_kafka_offsets_topic = NULL;
 char *esrc_kafka_properties = NULL;
@@ -115,18 +120,117 @@ check_database(char **newval, void **extra, GucSource source)
 }
 
 /*
- * The topic of a category: the template with every "{category}" replaced,
- * into out (outlen bytes, always NUL-terminated).  TOPIC_BAD_TEMPLATE when
- * the template has another "{...}" or "}"; TOPIC_TOO_LONG (out is then "")
- * as soon as the name would not fit, so that no byte of out is ever left
- * unwritten: a longer name is not a Kafka topic name anyway.
+ * Split esrc.databases: "*", or database names separated by commas
+ * (quoted with "" where a name has capitals, commas or spaces, as in
+ * search_path).  NULL with *all false when the value is not a list.
+ */
+static List *
+split_databases(const char *value, bool *all)
+{
+	char	   *copy;
+	List	   *names = NIL;
+
+	*all = false;
+	while (*value == ' ')
+		value++;
+	if (value[0] == '*')
+	{
+		const char *q = value + 1;
+
+		while (*q == ' ')
+			q++;
+		if (*q == '\0')
+		{
+			*all = true;
+			return NIL;
+		}
+	}
+	copy = pstrdup(value);
+	if (!SplitIdentifierString(copy, ',', &names))
+		return NULL;
+	{
+		/* names of their own: the list points into copy */
+		List	   *own = NIL;
+		ListCell   *lc;
+
+		foreach(lc, names)
+			own = lappend(own, pstrdup((const char *) lfirst(lc)));
+		list_free(names);
+		pfree(copy);
+		return own;
+	}
+}
+
+static bool
+check_databases(char **newval, void **extra, GucSource source)
+{
+	List	   *names;
+	ListCell   *lc;
+	bool		all;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	names = split_databases(*newval, &all);
+	if (all)
+		return true;
+	if (names == NIL)
+	{
+		GUC_check_errdetail("The value is \"*\" or a list of database names separated by commas.");
+		return false;
+	}
+	foreach(lc, names)
+	{
+		const char *name = (const char *) lfirst(lc);
+		ListCell   *lc2;
+
+		if (strcmp(name, "*") == 0)
+		{
+			GUC_check_errdetail("\"*\" stands alone: it means every database with esrc.");
+			return false;
+		}
+		if (strlen(name) >= NAMEDATALEN)
+		{
+			GUC_check_errdetail("Database names are at most %d bytes long.", NAMEDATALEN - 1);
+			return false;
+		}
+		for (lc2 = list_head(names); lfirst(lc2) != lfirst(lc); lc2 = lnext(names, lc2))
+		{
+			if (strcmp((const char *) lfirst(lc2), name) == 0)
+			{
+				GUC_check_errdetail("Database \"%s\" is listed twice.", name);
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+List *
+fwd_configured_databases(bool *all)
+{
+	List	   *names;
+
+	*all = false;
+	if (esrc_databases == NULL || esrc_databases[0] == '\0')
+		return list_make1(pstrdup(esrc_database));
+	names = split_databases(esrc_databases, all);
+	return names;				/* checked by check_databases */
+}
+
+/*
+ * The topic of a category: the template with every "{category}" replaced
+ * by category and every "{database}" by database, into out (outlen bytes,
+ * always NUL-terminated).  TOPIC_BAD_TEMPLATE when the template has
+ * another "{...}" or "}"; TOPIC_TOO_LONG (out is then "") as soon as the
+ * name would not fit, so that no byte of out is ever left unwritten: a
+ * longer name is not a Kafka topic name anyway.
  */
 TopicExpansion
-fwd_expand_topic(const char *template, const char *category, char *out, size_t outlen)
+fwd_expand_topic(const char *template, const char *category, const char *database,
+				 char *out, size_t outlen)
 {
 	const char *p = template;
 	size_t		n = 0;
-	size_t		clen = strlen(category);
 
 	Assert(outlen > 0);
 	out[0] = '\0';
@@ -134,16 +238,29 @@ fwd_expand_topic(const char *template, const char *category, char *out, size_t o
 	{
 		if (*p == '{')
 		{
-			if (strncmp(p, "{category}", 10) != 0)
+			const char *value;
+			size_t		vlen;
+
+			if (strncmp(p, "{category}", 10) == 0)
+			{
+				value = category;
+				p += 10;
+			}
+			else if (strncmp(p, "{database}", 10) == 0)
+			{
+				value = database;
+				p += 10;
+			}
+			else
 				return TOPIC_BAD_TEMPLATE;
-			if (n + clen >= outlen)
+			vlen = strlen(value);
+			if (n + vlen >= outlen)
 			{
 				out[0] = '\0';
 				return TOPIC_TOO_LONG;
 			}
-			memcpy(out + n, category, clen);
-			n += clen;
-			p += 10;
+			memcpy(out + n, value, vlen);
+			n += vlen;
 		}
 		else if (*p == '}')
 			return TOPIC_BAD_TEMPLATE;
@@ -168,10 +285,10 @@ check_topic_template(char **newval, void **extra, GucSource source)
 	TopicExpansion ex = TOPIC_BAD_TEMPLATE;
 
 	if (*newval != NULL)
-		ex = fwd_expand_topic(*newval, "c", sample, sizeof(sample));
+		ex = fwd_expand_topic(*newval, "c", "d", sample, sizeof(sample));
 	if (ex == TOPIC_BAD_TEMPLATE)
 	{
-		GUC_check_errdetail("The only placeholder allowed is {category}.");
+		GUC_check_errdetail("The only placeholders allowed are {category} and {database}.");
 		return false;
 	}
 	if (ex == TOPIC_TOO_LONG || !esrc_kafka_valid_topic_name(sample))
@@ -205,25 +322,67 @@ check_topic_template(char **newval, void **extra, GucSource source)
 /* librdkafka's default message.max.bytes */
 #define DEFAULT_MESSAGE_MAX_BYTES 1000000
 
-/* Is this database the one the forwarder serves, with brokers set? */
-static bool
-forwarded_here(void)
+/* This backend's database name (it cannot be renamed while we are in it). */
+static const char *
+my_database_name(void)
 {
 	static char mydb[NAMEDATALEN];
 
-	if (esrc_kafka_brokers == NULL || esrc_kafka_brokers[0] == '\0' ||
-		esrc_database == NULL)
-		return false;
 	if (mydb[0] == '\0')
 	{
-		/* a database cannot be renamed while we are connected to it */
 		char	   *name = get_database_name(MyDatabaseId);
 
 		if (name == NULL)
-			return false;
+			return NULL;
 		strlcpy(mydb, name, sizeof(mydb));
 	}
-	return strcmp(mydb, esrc_database) == 0;
+	return mydb;
+}
+
+/*
+ * Is this database forwarded (listed, or esrc.databases is '*'), with
+ * brokers set?  The answer is kept until the settings change, so an
+ * append pays a string comparison or two.
+ */
+static bool
+forwarded_here(void)
+{
+	static char *seen_databases = NULL; /* esrc.databases when last asked */
+	static char *seen_database = NULL;	/* esrc.database ditto */
+	static bool answer = false;
+	const char *dbs = esrc_databases ? esrc_databases : "";
+	const char *db = esrc_database ? esrc_database : "";
+	const char *mydb;
+
+	if (esrc_kafka_brokers == NULL || esrc_kafka_brokers[0] == '\0')
+		return false;
+	if (seen_databases != NULL && strcmp(seen_databases, dbs) == 0 &&
+		strcmp(seen_database, db) == 0)
+		return answer;
+
+	mydb = my_database_name();
+	if (mydb == NULL)
+		return false;
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		bool		all;
+		List	   *names = fwd_configured_databases(&all);
+		ListCell   *lc;
+
+		answer = all;
+		foreach(lc, names)
+			answer |= strcmp((const char *) lfirst(lc), mydb) == 0;
+		list_free_deep(names);
+		if (seen_databases)
+		{
+			pfree(seen_databases);
+			pfree(seen_database);
+		}
+		seen_databases = pstrdup(dbs);
+		seen_database = pstrdup(db);
+		MemoryContextSwitchTo(old);
+	}
+	return answer;
 }
 
 static bool
@@ -301,7 +460,8 @@ esrc_forwarder_check_category(const char *category)
 
 	if (!forwarded_here())
 		return;
-	ex = fwd_expand_topic(esrc_kafka_topic_template, category, name, sizeof(name));
+	ex = fwd_expand_topic(esrc_kafka_topic_template, category, my_database_name(),
+						  name, sizeof(name));
 	if (ex == TOPIC_TOO_LONG ||
 		(ex == TOPIC_OK && strlen(name) > 249))
 		ereport(ERROR,
@@ -316,7 +476,9 @@ esrc_forwarder_check_category(const char *category)
 				 errmsg("category \"%s\" cannot be forwarded to Kafka", category),
 				 errdetail("Its topic name \"%s\" (from esrc.kafka_topic) is not a Kafka topic name: topic names consist of 1 to 249 of the characters a-z, A-Z, 0-9, \".\", \"_\" and \"-\".",
 						   name),
-				 errhint("Use a stream name whose category (the part before the first \"-\") consists of those characters.")));
+				 errhint("Use a stream name whose category (the part before the first \"-\") consists of those characters%s.",
+						 strstr(esrc_kafka_topic_template, "{database}") ?
+						 ", and a database name that does, or no {database} in esrc.kafka_topic" : "")));
 }
 
 static bool
@@ -385,13 +547,11 @@ check_properties(char **newval, void **extra, GucSource source)
 
 /*
  * Called from _PG_init (shared_preload_libraries): define the GUCs and
- * register the worker.
+ * register the launcher (fwdlauncher.c), which starts the workers.
  */
 void
 esrc_forwarder_init(void)
 {
-	BackgroundWorker worker;
-
 	DefineCustomStringVariable("esrc.kafka_brokers",
 							   "Kafka bootstrap servers (host:port, comma separated) the forwarder publishes to.",
 							   "Empty turns forwarding off: events wait in the log.",
@@ -400,14 +560,30 @@ esrc_forwarder_init(void)
 							   PGC_SIGHUP, 0,
 							   check_brokers, NULL, NULL);
 	DefineCustomStringVariable("esrc.database",
-							   "Database whose events the forwarder publishes.",
-							   "Changing it restarts the forwarder.",
+							   "Database whose events the forwarder publishes when esrc.databases is empty.",
+							   "Changing it stops that database's forwarder and starts one for the new database.",
 							   &esrc_database,
 							   "postgres",
 							   PGC_SIGHUP, 0,
 							   check_database, NULL, NULL);
+	DefineCustomStringVariable("esrc.databases",
+							   "Databases whose events are forwarded, one worker each: names separated by commas, or * for every database with esrc.",
+							   "Empty means the one database of esrc.database.",
+							   &esrc_databases,
+							   "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   check_databases, NULL, NULL);
+	DefineCustomIntVariable("esrc.max_forwarders",
+							"Most forwarder workers (databases forwarded at once); sizes their status slots in shared memory.",
+							"Each worker is a background worker: max_worker_processes must leave room for them.",
+							&esrc_max_forwarders,
+							8,
+							1,
+							1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
 	DefineCustomStringVariable("esrc.kafka_topic",
-							   "Kafka topic of an event; {category} is replaced by the stream's category.",
+							   "Kafka topic of an event; {category} is replaced by the stream's category, {database} by the database's name.",
 							   NULL,
 							   &esrc_kafka_topic_template,
 							   "esrc.{category}",
@@ -453,13 +629,5 @@ esrc_forwarder_init(void)
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_forwarder_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "esrc forwarder");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "esrc forwarder");
-	RegisterBackgroundWorker(&worker);
+	fwd_register_launcher();
 }

@@ -7,13 +7,21 @@
  *	  esrc.forwarder_resume.  (esrc.forwarder_skip is PL/pgSQL: a row in
  *	  esrc.forwarder_skips, which the worker reads, fwdread.c.)
  *
- * Shared state is EsrcSharedState.forwarder (esrc.h): the worker is its
- * only writer and bumps changecount around each write (odd while
- * writing, fwd_status_write_begin/end in forwarder.h); status_read copies
- * it until the count is even and unchanged, so no reader and no writer
- * ever waits on a lock.  The one exception is the atomic paused flag,
- * which pause/resume write and the worker reads; they then set the
- * worker's latch (esrc_shared->forwarder_procno).
+ * Shared state is the status slots of EsrcForwarders (forwarder.h), one
+ * per worker, esrc.max_forwarders of them: the worker is the only writer
+ * of its slot while it runs and bumps changecount around each write (odd
+ * while writing, fwd_status_write_begin/end in forwarder.h); status_read
+ * copies a slot until the count is even and unchanged, so no reader and
+ * no writer ever waits on a lock.  The one exception is the atomic paused
+ * flag (for every worker), which pause/resume write and the workers read;
+ * they then set the workers' latches.
+ *
+ * esrc.forwarder_status has one row per configured database (fwdconf.c,
+ * fwd_configured_databases), from any database: a running worker's slot,
+ * or what this backend can tell itself of a database without a worker
+ * (it does not exist, or no brokers are set).  Under '*' the databases
+ * are those with a worker.  A database not forwarded gets a row
+ * "inactive" when it is the one the query runs in.
  *
  * Failures are logged when the state is new or the last line is older
  * than LOG_REPEAT_MS, so a Kafka outage that retries every few seconds
@@ -21,7 +29,8 @@
  *
  * Talks to: forwarder.c and fwdread.c (the worker reports through the
  * functions here), kafka.c (its wait hook), fwdconf.c (the GUCs shown for
- * a database the worker does not serve), esrc.c (the shared struct).
+ * a database no worker serves), fwdlauncher.c (which hands out the
+ * slots), esrc.c (which sizes and creates them), order.c (the wake-up).
  *
  *-------------------------------------------------------------------------
  */
@@ -34,6 +43,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/proc.h"
+#include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -46,23 +56,76 @@ PG_FUNCTION_INFO_V1(esrc_forwarder_resume);
 
 static const char *const state_names[] = {
 	"stopped", "starting", "idle", "connecting", "running", "paused",
-	"disconnected", "error", "blocked"
+	"disconnected", "error", "blocked", "no extension"
 };
+
+EsrcForwarders *fwd_shared = NULL;
+EsrcForwarderShared *fwd_slot = NULL;
 
 /* Log the same kind of failure again only after this long. */
 #define LOG_REPEAT_MS	60000
 
-/* Called by esrc.c when the shared struct is first created. */
+Size
+esrc_forwarder_shmem_size(void)
+{
+	return add_size(offsetof(EsrcForwarders, slots),
+					mul_size(esrc_max_forwarders, sizeof(EsrcForwarderShared)));
+}
+
+/* Called by esrc.c with AddinShmemInitLock held. */
 void
 esrc_forwarder_shmem_init(void)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	bool		found;
+	int			i;
 
-	memset(f, 0, sizeof(*f));
-	pg_atomic_init_u32(&f->paused, 0);
-	pg_atomic_init_u32(&f->changecount, 0);
-	f->state = FWD_STOPPED;
-	f->last_position = -1;
+	fwd_shared = ShmemInitStruct("esrc forwarders", esrc_forwarder_shmem_size(), &found);
+	if (found)
+		return;
+	memset(fwd_shared, 0, esrc_forwarder_shmem_size());
+	SpinLockInit(&fwd_shared->mutex);
+	pg_atomic_init_u32(&fwd_shared->paused, 0);
+	fwd_shared->nslots = esrc_max_forwarders;
+	for (i = 0; i < fwd_shared->nslots; i++)
+	{
+		EsrcForwarderShared *f = &fwd_shared->slots[i];
+
+		pg_atomic_init_u32(&f->changecount, 0);
+		pg_atomic_init_u32(&f->procno, 0);
+		pg_atomic_init_u32(&f->dbid, InvalidOid);
+		f->state = FWD_STOPPED;
+		f->last_position = -1;
+	}
+}
+
+/*
+ * At the commit of a transaction that appended (order.c): set the latch
+ * of the worker serving this database, if one does.  A few atomic reads.
+ */
+void
+esrc_forwarder_wake(void)
+{
+	int			i;
+
+	if (fwd_shared == NULL)
+		return;
+	for (i = 0; i < fwd_shared->nslots; i++)
+	{
+		EsrcForwarderShared *f = &fwd_shared->slots[i];
+		uint32		procno = pg_atomic_read_u32(&f->procno);
+
+		if (procno != 0 && pg_atomic_read_u32(&f->dbid) == MyDatabaseId)
+		{
+			SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
+			return;
+		}
+	}
+}
+
+bool
+fwd_paused(void)
+{
+	return pg_atomic_read_u32(&fwd_shared->paused) != 0;
 }
 
 /* ----------------------------------------------------------------
@@ -75,10 +138,8 @@ static int	last_logged_state = -1;
 
 /* A consistent copy of the worker's status, for any backend. */
 static void
-status_read(EsrcForwarderShared *copy)
+status_read(EsrcForwarderShared *f, EsrcForwarderShared *copy)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
-
 	for (;;)
 	{
 		uint32		before = pg_atomic_read_u32(&f->changecount);
@@ -97,7 +158,7 @@ status_read(EsrcForwarderShared *copy)
 void
 fwd_set_state(EsrcForwarderState state, const char *detail)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	EsrcForwarderShared *f = fwd_slot;
 	bool		changed = (f->state != (int) state);
 	TimestampTz now = changed ? GetCurrentTimestamp() : 0;
 
@@ -115,7 +176,7 @@ fwd_set_state(EsrcForwarderState state, const char *detail)
 EsrcForwarderState
 fwd_get_state(void)
 {
-	return (EsrcForwarderState) esrc_shared->forwarder.state;
+	return (EsrcForwarderState) fwd_slot->state;
 }
 
 /*
@@ -125,7 +186,7 @@ fwd_get_state(void)
 void
 fwd_report_failure(EsrcForwarderState state, const char *error, const char *detail)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	EsrcForwarderShared *f = fwd_slot;
 	TimestampTz now = GetCurrentTimestamp();
 
 	fwd_status_write_begin(f);
@@ -157,7 +218,7 @@ fwd_forget_logged_failure(void)
 void
 fwd_set_blocked(int64 position, const char *stream)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	EsrcForwarderShared *f = fwd_slot;
 
 	fwd_status_write_begin(f);
 	f->blocked_position = position;
@@ -168,7 +229,7 @@ fwd_set_blocked(int64 position, const char *stream)
 void
 fwd_publish_progress(int64 position, int delivered)
 {
-	EsrcForwarderShared *f = &esrc_shared->forwarder;
+	EsrcForwarderShared *f = fwd_slot;
 	TimestampTz now = delivered > 0 ? GetCurrentTimestamp() : 0;
 
 	fwd_status_write_begin(f);
@@ -203,25 +264,74 @@ fwd_kafka_wait_hook(int64 waited_ms, const char *last_error)
  * ----------------------------------------------------------------
  */
 
-static void
-wake_worker(void)
+/* The worker's log_id, once it knows it (fwdread.c); "" = none. */
+void
+fwd_publish_log_id(const char *log_id)
 {
-	uint32		procno = pg_atomic_read_u32(&esrc_shared->forwarder_procno);
+	EsrcForwarderShared *f = fwd_slot;
 
-	if (procno != 0)
-		SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
+	fwd_status_write_begin(f);
+	strlcpy(f->log_id, log_id, sizeof(f->log_id));
+	fwd_status_write_end(f);
 }
 
 /*
- * esrc.forwarder_pause(): the worker finishes the batch in hand, then
+ * The database of another running worker with this log_id, or NULL.  A
+ * database created from a template that has esrc copies its log_id, and
+ * two workers with one Kafka identity would fence each other and share
+ * one position record: the worker refuses that (forwarder.c).
+ */
+const char *
+fwd_log_id_owner(const char *log_id)
+{
+	static char owner[NAMEDATALEN];
+	EsrcForwarderShared copy;
+	int			i;
+
+	for (i = 0; i < fwd_shared->nslots; i++)
+	{
+		if (&fwd_shared->slots[i] == fwd_slot)
+			continue;
+		status_read(&fwd_shared->slots[i], &copy);
+		if (copy.in_use && copy.pid != 0 && copy.log_id[0] != '\0' &&
+			strcmp(copy.log_id, log_id) == 0)
+		{
+			strlcpy(owner, copy.database, sizeof(owner));
+			return owner;
+		}
+	}
+	return NULL;
+}
+
+/* ----------------------------------------------------------------
+ * SQL functions
+ * ----------------------------------------------------------------
+ */
+
+static void
+wake_workers(void)
+{
+	int			i;
+
+	for (i = 0; i < fwd_shared->nslots; i++)
+	{
+		uint32		procno = pg_atomic_read_u32(&fwd_shared->slots[i].procno);
+
+		if (procno != 0)
+			SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
+	}
+}
+
+/*
+ * esrc.forwarder_pause(): every worker finishes the batch in hand, then
  * sends nothing until esrc.forwarder_resume() or a server restart.
  */
 Datum
 esrc_forwarder_pause(PG_FUNCTION_ARGS)
 {
 	esrc_require_shared();
-	pg_atomic_write_u32(&esrc_shared->forwarder.paused, 1);
-	wake_worker();
+	pg_atomic_write_u32(&fwd_shared->paused, 1);
+	wake_workers();
 	PG_RETURN_VOID();
 }
 
@@ -229,92 +339,65 @@ Datum
 esrc_forwarder_resume(PG_FUNCTION_ARGS)
 {
 	esrc_require_shared();
-	pg_atomic_write_u32(&esrc_shared->forwarder.paused, 0);
-	wake_worker();
+	pg_atomic_write_u32(&fwd_shared->paused, 0);
+	wake_workers();
 	PG_RETURN_VOID();
 }
 
-/*
- * esrc.forwarder_worker_status(): what the worker published, for the view
- * esrc.forwarder_status.  In a database the worker does not serve, the
- * state is "inactive" and the worker's other fields are null.
- */
-Datum
-esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
+#define STATUS_COLS 15
+
+static const char *
+delivery_name(bool exactly_once)
 {
-	EsrcForwarderShared *f;
-	EsrcForwarderShared copy;
-	TupleDesc	tupdesc;
-	Datum		values[15];
-	bool		nulls[15];
-	char	   *mydb;
-	bool		served;
-	bool		paused;
+	return exactly_once ? "exactly_once" : "at_least_once";
+}
+
+static bool
+brokers_set(void)
+{
+	return esrc_kafka_brokers != NULL && esrc_kafka_brokers[0] != '\0';
+}
+
+/* A row from a worker's slot (a copy). */
+static void
+slot_row(ReturnSetInfo *rsinfo, const EsrcForwarderShared *c, bool paused)
+{
+	Datum		values[STATUS_COLS];
+	bool		nulls[STATUS_COLS];
+	bool		live = c->pid != 0;
 	int			i = 0;
 
-	esrc_require_shared();
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	f = &esrc_shared->forwarder;
-	status_read(&copy);
-	paused = pg_atomic_read_u32(&f->paused) != 0;
-
-	mydb = get_database_name(MyDatabaseId);
-	served = (strcmp(mydb ? mydb : "", esrc_database) == 0);
 	memset(nulls, 0, sizeof(nulls));
-
-	/* state, detail */
-	if (!served)
-	{
-		values[i++] = CStringGetTextDatum("inactive");
-		values[i++] = CStringGetTextDatum(psprintf("The forwarder serves database \"%s\" (esrc.database); events of this database are not forwarded.",
-												   esrc_database));
-	}
+	values[i++] = CStringGetTextDatum(state_names[c->state]);
+	if (c->detail[0])
+		values[i++] = CStringGetTextDatum(c->detail);
 	else
-	{
-		values[i++] = CStringGetTextDatum(state_names[copy.state]);
-		if (copy.detail[0])
-			values[i++] = CStringGetTextDatum(copy.detail);
-		else
-			nulls[i++] = true;
-	}
-	/* database, brokers, delivery: what the server is configured with */
-	values[i++] = CStringGetTextDatum(esrc_database);
-	if (served && copy.pid != 0 && copy.brokers[0])
-		values[i++] = CStringGetTextDatum(copy.brokers);
-	else if (esrc_kafka_brokers && esrc_kafka_brokers[0])
+		nulls[i++] = true;
+	values[i++] = CStringGetTextDatum(c->database);
+	if (live && c->brokers[0])
+		values[i++] = CStringGetTextDatum(c->brokers);
+	else if (brokers_set())
 		values[i++] = CStringGetTextDatum(esrc_kafka_brokers);
 	else
 		nulls[i++] = true;
-	values[i++] = CStringGetTextDatum(served && copy.pid != 0 ?
-									  (copy.exactly_once ? "exactly_once" : "at_least_once") :
-									  (esrc_delivery == DELIVERY_EXACTLY_ONCE ? "exactly_once" : "at_least_once"));
+	values[i++] = CStringGetTextDatum(delivery_name(live ? c->exactly_once :
+													esrc_delivery == DELIVERY_EXACTLY_ONCE));
 	values[i++] = BoolGetDatum(paused);
-	/* last_position */
-	if (served && copy.last_position >= 0 && copy.pid != 0)
-		values[i++] = Int64GetDatum(copy.last_position);
+	/* last_position, delivered_total, last_delivery_at */
+	if (live && c->last_position >= 0)
+		values[i++] = Int64GetDatum(c->last_position);
 	else
 		nulls[i++] = true;
-	/* delivered_total, last_delivery_at */
-	if (served)
-	{
-		values[i++] = Int64GetDatum((int64) copy.delivered_total);
-		if (copy.last_delivery_at != 0)
-			values[i++] = TimestampTzGetDatum(copy.last_delivery_at);
-		else
-			nulls[i++] = true;
-	}
+	values[i++] = Int64GetDatum((int64) c->delivered_total);
+	if (c->last_delivery_at != 0)
+		values[i++] = TimestampTzGetDatum(c->last_delivery_at);
 	else
-	{
 		nulls[i++] = true;
-		nulls[i++] = true;
-	}
 	/* last_error, last_error_at */
-	if (served && copy.last_error[0])
+	if (c->last_error[0])
 	{
-		values[i++] = CStringGetTextDatum(copy.last_error);
-		values[i++] = TimestampTzGetDatum(copy.last_error_at);
+		values[i++] = CStringGetTextDatum(c->last_error);
+		values[i++] = TimestampTzGetDatum(c->last_error_at);
 	}
 	else
 	{
@@ -322,10 +405,10 @@ esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
 		nulls[i++] = true;
 	}
 	/* blocked_position, blocked_stream */
-	if (served && copy.blocked_position > 0)
+	if (c->blocked_position > 0)
 	{
-		values[i++] = Int64GetDatum(copy.blocked_position);
-		values[i++] = CStringGetTextDatum(copy.blocked_stream);
+		values[i++] = Int64GetDatum(c->blocked_position);
+		values[i++] = CStringGetTextDatum(c->blocked_stream);
 	}
 	else
 	{
@@ -333,16 +416,154 @@ esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
 		nulls[i++] = true;
 	}
 	/* pid, state_since */
-	if (served && copy.pid != 0)
-		values[i++] = Int32GetDatum(copy.pid);
+	if (live)
+		values[i++] = Int32GetDatum(c->pid);
 	else
 		nulls[i++] = true;
-	if (served && copy.state_since != 0)
-		values[i++] = TimestampTzGetDatum(copy.state_since);
+	if (c->state_since != 0)
+		values[i++] = TimestampTzGetDatum(c->state_since);
 	else
 		nulls[i++] = true;
-
-	Assert(i == 15);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+	Assert(i == STATUS_COLS);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+/* A row this backend makes itself: a database without a worker. */
+static void
+own_row(ReturnSetInfo *rsinfo, const char *database, const char *state,
+		const char *detail, const char *error, bool paused)
+{
+	Datum		values[STATUS_COLS];
+	bool		nulls[STATUS_COLS];
+	int			i;
+
+	for (i = 0; i < STATUS_COLS; i++)
+		nulls[i] = true;
+	values[0] = CStringGetTextDatum(state);
+	nulls[0] = false;
+	values[1] = CStringGetTextDatum(detail);
+	nulls[1] = false;
+	values[2] = CStringGetTextDatum(database);
+	nulls[2] = false;
+	if (brokers_set())
+	{
+		values[3] = CStringGetTextDatum(esrc_kafka_brokers);
+		nulls[3] = false;
+	}
+	values[4] = CStringGetTextDatum(delivery_name(esrc_delivery == DELIVERY_EXACTLY_ONCE));
+	nulls[4] = false;
+	values[5] = BoolGetDatum(paused);
+	nulls[5] = false;
+	if (error)
+	{
+		values[9] = CStringGetTextDatum(error);
+		nulls[9] = false;
+	}
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* The row of a configured database that has no worker now. */
+static void
+workerless_row(ReturnSetInfo *rsinfo, const char *database, bool paused)
+{
+	if (!OidIsValid(get_database_oid(database, true)))
+		own_row(rsinfo, database, "no database",
+				psprintf("Database \"%s\" is listed in esrc.databases (or esrc.database) but does not exist; the other databases are forwarded. Its forwarder starts once it is created.",
+						 database),
+				psprintf("database \"%s\" does not exist", database), paused);
+	else if (!brokers_set())
+		own_row(rsinfo, database, "idle",
+				"esrc.kafka_brokers is empty: events wait in the log.", NULL, paused);
+	else
+		own_row(rsinfo, database, "stopped",
+				"No forwarder runs for this database at the moment; the launcher starts one within seconds (if it does not, see the server log, e.g. for esrc.max_forwarders).",
+				NULL, paused);
+}
+
+static int
+slot_name_cmp(const void *a, const void *b)
+{
+	return strcmp((*(EsrcForwarderShared *const *) a)->database,
+				  (*(EsrcForwarderShared *const *) b)->database);
+}
+
+/*
+ * esrc.forwarder_worker_status(): one row per configured database, from
+ * any database, for the view esrc.forwarder_status (see the header of
+ * this file).  The row of a database that is not forwarded and is not
+ * this one is left out; this one's is "inactive".
+ */
+Datum
+esrc_forwarder_worker_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	EsrcForwarderShared *copies;
+	EsrcForwarderShared **order;
+	int			nused = 0;
+	bool		all;
+	List	   *names;
+	ListCell   *lc;
+	char	   *mydb;
+	bool		mine = false;
+	bool		paused;
+	int			i;
+
+	esrc_require_shared();
+	InitMaterializedSRF(fcinfo, 0);
+	paused = fwd_paused();
+	mydb = get_database_name(MyDatabaseId);
+	if (mydb == NULL)
+		mydb = "";
+
+	copies = palloc(sizeof(EsrcForwarderShared) * fwd_shared->nslots);
+	order = palloc(sizeof(EsrcForwarderShared *) * fwd_shared->nslots);
+	for (i = 0; i < fwd_shared->nslots; i++)
+	{
+		status_read(&fwd_shared->slots[i], &copies[i]);
+		/* under '*', only where the worker found esrc (the others leave) */
+		if (copies[i].in_use && copies[i].has_extension)
+			order[nused++] = &copies[i];
+	}
+
+	names = fwd_configured_databases(&all);
+	if (all)
+	{
+		qsort(order, nused, sizeof(EsrcForwarderShared *), slot_name_cmp);
+		for (i = 0; i < nused; i++)
+		{
+			slot_row(rsinfo, order[i], paused);
+			mine |= strcmp(order[i]->database, mydb) == 0;
+		}
+		/* esrc is installed here (the view is), so it is forwarded */
+		if (!mine)
+			workerless_row(rsinfo, mydb, paused);
+		return (Datum) 0;
+	}
+
+	foreach(lc, names)
+	{
+		const char *name = (const char *) lfirst(lc);
+		EsrcForwarderShared *found = NULL;
+
+		for (i = 0; i < fwd_shared->nslots && found == NULL; i++)
+			if (copies[i].in_use && strcmp(copies[i].database, name) == 0)
+				found = &copies[i];
+		if (found)
+			slot_row(rsinfo, found, paused);
+		else
+			workerless_row(rsinfo, name, paused);
+		mine |= strcmp(name, mydb) == 0;
+	}
+	if (!mine)
+	{
+		if (esrc_databases == NULL || esrc_databases[0] == '\0')
+			own_row(rsinfo, mydb, "inactive",
+					psprintf("The forwarder serves database \"%s\" (esrc.database); events of this database are not forwarded.",
+							 esrc_database), NULL, paused);
+		else
+			own_row(rsinfo, mydb, "inactive",
+					"esrc.databases does not list this database: its events are not forwarded.",
+					NULL, paused);
+	}
+	return (Datum) 0;
+}

@@ -654,15 +654,6 @@ esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
 }
 
 static void
-wake_forwarder(void)
-{
-	uint32		procno = pg_atomic_read_u32(&esrc_shared->forwarder_procno);
-
-	if (procno != 0 && esrc_shared->forwarder_dbid == MyDatabaseId)
-		SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
-}
-
-static void
 esrc_xact_callback(XactEvent event, void *arg)
 {
 	if (!esrc_xact_has_slot)
@@ -705,7 +696,7 @@ esrc_xact_callback(XactEvent event, void *arg)
 				 */
 				if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
 				{
-					wake_forwarder();
+					esrc_forwarder_wake();
 					esrc_wake_subscribers(MyDatabaseId, hashes, n, overflow);
 				}
 				break;

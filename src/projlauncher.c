@@ -287,9 +287,14 @@ db_state(Oid dbid)
 	return &dbs[ndbs++];
 }
 
-/* Every database that accepts connections becomes active (to be asked). */
-static void
-ask_every_database(void)
+/*
+ * Call fn for every database that accepts connections (not a template,
+ * not left invalid by an interrupted DROP DATABASE), in a transaction of
+ * its own.  Shared with the forwarders' launcher (fwdlauncher.c); the
+ * caller is a background worker connected to no database.
+ */
+void
+esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg), void *arg)
 {
 	Relation	rel;
 	TableScanDesc scan;
@@ -307,12 +312,25 @@ ask_every_database(void)
 		/* -2: a database left invalid by an interrupted DROP DATABASE (16+) */
 		if (!db->datallowconn || db->datistemplate || db->datconnlimit == -2)
 			continue;
-		db_state(db->oid)->active = true;
+		fn(db->oid, NameStr(db->datname), arg);
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+}
+
+static void
+make_active(Oid dbid, const char *name, void *arg)
+{
+	db_state(dbid)->active = true;
+}
+
+/* Every database that accepts connections becomes active (to be asked). */
+static void
+ask_every_database(void)
+{
+	esrc_scan_databases(make_active, NULL);
 }
 
 /* Take the wake-up requests of sessions. */

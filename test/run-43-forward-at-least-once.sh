@@ -117,9 +117,9 @@ until [ "$(fwd_sql "SELECT datname FROM pg_stat_activity WHERE backend_type = 'e
 expect "the worker now serves database postgres" \
     test "$(fwd_sql "SELECT datname FROM pg_stat_activity WHERE backend_type = 'esrc forwarder'")" = postgres
 expect "here the status says inactive" \
-    test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = inactive
-grep -q 'esrc.database changed from "esrc_fwd" to "postgres", restarting' "$dir/pg/server.log" ||
-    { log "FAIL - no log line for the restart"; status=1; }
+    test "$(fwd_sql "SELECT state FROM esrc.forwarder_status WHERE database = current_database()")" = inactive
+grep -q 'stopping the forwarder of database "esrc_fwd", which is no longer forwarded' "$dir/pg/server.log" ||
+    { log "FAIL - no log line for the stop"; status=1; }
 
 if [ $status -ne 0 ]; then
     grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2

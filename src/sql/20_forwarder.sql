@@ -61,11 +61,11 @@ CREATE FUNCTION esrc.forwarder_worker_status(
     OUT blocked_stream text,
     OUT pid int,
     OUT state_since timestamptz)
-RETURNS record
-    LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED
+RETURNS SETOF record
+    LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED ROWS 4
     AS 'MODULE_PATHNAME', 'esrc_forwarder_worker_status';
 COMMENT ON FUNCTION esrc.forwarder_worker_status() IS
-    'What the Kafka forwarder worker publishes in shared memory; use the view esrc.forwarder_status.';
+    'What the Kafka forwarder workers publish in shared memory, one row per forwarded database; use the view esrc.forwarder_status.';
 
 CREATE VIEW esrc.forwarder_status AS
     SELECT w.state,
@@ -75,15 +75,16 @@ CREATE VIEW esrc.forwarder_status AS
            w.delivery,
            w.paused,
            p.last_position,
-           (SELECT count(*)
+           CASE WHEN h.here THEN (SELECT count(*)
               FROM esrc.events e
              WHERE e.position > p.last_position
                AND e.position <= h.safe_position
                AND NOT EXISTS (SELECT 1 FROM esrc.forwarder_skips s
-                               WHERE s.position = e.position)) AS events_pending,
+                               WHERE s.position = e.position)) END AS events_pending,
            (SELECT greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - e.recorded_at))::double precision
               FROM esrc.events e
-             WHERE e.position > p.last_position
+             WHERE h.here
+               AND e.position > p.last_position
                AND e.position <= h.safe_position
              ORDER BY e.position
              LIMIT 1) AS lag_seconds,
@@ -96,20 +97,22 @@ CREATE VIEW esrc.forwarder_status AS
            w.pid,
            w.state_since
       FROM esrc.forwarder_worker_status() w,
-           LATERAL (SELECT coalesce(w.last_position,
-                                    (SELECT fs.position FROM esrc.forwarder_state fs))
-                           AS last_position) p,
-           LATERAL (SELECT esrc.safe_position() AS safe_position) h;
+           LATERAL (SELECT w.database = pg_catalog.current_database() AS here,
+                           esrc.safe_position() AS safe_position) h,
+           LATERAL (SELECT CASE WHEN h.here
+                                THEN coalesce(w.last_position,
+                                              (SELECT fs.position FROM esrc.forwarder_state fs))
+                                ELSE w.last_position END AS last_position) p;
 COMMENT ON VIEW esrc.forwarder_status IS
-    'One row: the Kafka forwarder''s state, configuration (never esrc.kafka_properties), progress, events pending, lag in seconds of the oldest pending event, and its last error.';
+    'One row per forwarded database (esrc.databases), from any database, plus one for this database when it is not forwarded: the Kafka forwarder''s state, configuration (never esrc.kafka_properties), progress, events pending and lag in seconds of the oldest pending event (this database''s row only), and its last error.';
 COMMENT ON COLUMN esrc.forwarder_status.state IS
-    'stopped, starting, idle (no brokers or no extension), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), or inactive (this database is not esrc.database).';
+    'stopped, starting, idle (no brokers), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), no extension (esrc is not installed in that database), no database (a listed database that does not exist), or inactive (this database is not forwarded).';
 COMMENT ON COLUMN esrc.forwarder_status.last_position IS
-    'Last forwarded position: the worker''s own when it serves this database, else esrc.forwarder_state.position.';
+    'Last forwarded position: the worker''s own when one runs, else (this database''s row) esrc.forwarder_state.position.';
 COMMENT ON COLUMN esrc.forwarder_status.events_pending IS
-    'Committed events after last_position up to esrc.safe_position(), not counting skipped ones.';
+    'Committed events after last_position up to esrc.safe_position(), not counting skipped ones; null in the rows of other databases.';
 COMMENT ON COLUMN esrc.forwarder_status.lag_seconds IS
-    'Seconds since the oldest pending event was recorded; null when nothing is pending.';
+    'Seconds since the oldest pending event was recorded; null when nothing is pending, and in the rows of other databases.';
 COMMENT ON COLUMN esrc.forwarder_status.delivered_total IS
     'Records Kafka acknowledged since the server started.';
 COMMENT ON COLUMN esrc.forwarder_status.blocked_position IS
@@ -120,7 +123,7 @@ CREATE FUNCTION esrc.forwarder_pause() RETURNS void
     LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
     AS 'MODULE_PATHNAME', 'esrc_forwarder_pause';
 COMMENT ON FUNCTION esrc.forwarder_pause() IS
-    'Stop forwarding after the batch in hand, until esrc.forwarder_resume() or a server restart; appends are not affected.';
+    'Stop forwarding (every database''s forwarder) after the batch in hand, until esrc.forwarder_resume() or a server restart; appends are not affected.';
 
 CREATE FUNCTION esrc.forwarder_resume() RETURNS void
     LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
