@@ -47,7 +47,7 @@
  * under the same rules.
  *
  * Talks to: forwarder.c (the worker calls fwd_read_log each turn),
- * order.c (the safe horizon), append.c (esrc_jsonb_text_size),
+ * order.c (the safe horizon), jsonsize.c (esrc_jsonb_text_size),
  * src/sql/20_forwarder.sql (the tables read and written).
  *
  *-------------------------------------------------------------------------
