@@ -227,7 +227,7 @@ extern struct EState *esrc_make_write_estate(struct RelationData *rel,
 extern void esrc_free_write_estate(struct EState *estate,
 								   struct ResultRelInfo *rri);
 
-/* append.c: the length of a jsonb value as JSON text, stopping past limit */
+/* jsonsize.c: the length of a jsonb value as JSON text, stopping past limit */
 extern Size esrc_jsonb_text_size(Jsonb *jb, Size limit);
 
 /* append.c: input checks shared with read.c */
