@@ -17,7 +17,9 @@ SELECT name, setting, unit, context, vartype, min_val, max_val, boot_val
 SHOW esrc.erase_cost_delay;
 SHOW esrc.erase_cost_limit;
 
--- bad values are refused (22023) and leave the setting as it was
+-- bad values are refused (22023) and leave the setting as it was (the
+-- SQLSTATE only: the range in the message is written differently by 17)
+\set VERBOSITY sqlstate
 SET esrc.erase_cost_delay = -1;
 SET esrc.erase_cost_delay = '2s';
 SET esrc.erase_cost_delay = 'fast';
@@ -25,6 +27,7 @@ SET esrc.erase_cost_limit = 0;
 SET esrc.erase_cost_limit = -1;
 SET esrc.erase_cost_limit = '4GB';
 SET esrc.erase_cost_limit = 'all';
+\set VERBOSITY default
 SHOW esrc.erase_cost_delay;
 SHOW esrc.erase_cost_limit;
 SET esrc.erase_cost_delay = '1s';
