@@ -36,8 +36,9 @@
  * the stream lock, the category lock, RowExclusiveLock on esrc.events,
  * SHARE UPDATE EXCLUSIVE on the category's snapshot tables and the row
  * locks of the rows it redacted so far: appends to the erased stream wait
- * for the whole erase, naps included (docs/lifecycle.md).  A future
- * scavenger (issue 16) calls the same pair.
+ * for the whole erase, naps included (docs/lifecycle.md).  The scavenger
+ * (scavenge.c) redacts through the same code without pacing: its slices
+ * are bounded by esrc.scavenge_max_events instead.
  *
  *-------------------------------------------------------------------------
  */
