@@ -634,7 +634,6 @@ esrc_rules_first_visible_now(const char *stream, Snapshot snap, TimestampTz now,
 							 int64 *first_visible)
 {
 	Relation	rel = table_open(esrc_relation_oid("stream_rules"), AccessShareLock);
-	Oid			idxoid = get_relname_relid("stream_rules_pkey", esrc_schema_oid());
 	Relation	idx;
 	TupleTableSlot *slot;
 	ScanKeyData key;
@@ -642,11 +641,9 @@ esrc_rules_first_visible_now(const char *stream, Snapshot snap, TimestampTz now,
 	bool		found = false;
 	StreamRule	r;
 
-	if (!OidIsValid(idxoid))
-		elog(ERROR, "esrc.stream_rules has no index stream_rules_pkey");
 	if (RelationGetDescr(rel)->natts != Natts_rules)
 		elog(ERROR, "esrc.stream_rules has an unexpected row type");
-	idx = index_open(idxoid, AccessShareLock);
+	idx = index_open(esrc_relation_oid("stream_rules_pkey"), AccessShareLock);
 	slot = table_slot_create(rel, NULL);
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[0], F_TEXTEQ,

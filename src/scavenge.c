@@ -180,7 +180,6 @@ static int
 next_streams(const char *after, char **names, int max)
 {
 	Relation	rel = table_open(esrc_relation_oid("stream_rules"), AccessShareLock);
-	Oid			idxoid = get_relname_relid("stream_rules_pkey", esrc_schema_oid());
 	Relation	idx;
 	TupleTableSlot *slot;
 	ScanKeyData key;
@@ -188,9 +187,7 @@ next_streams(const char *after, char **names, int max)
 	Snapshot	snap;
 	int			n = 0;
 
-	if (!OidIsValid(idxoid))
-		elog(ERROR, "esrc.stream_rules has no index stream_rules_pkey");
-	idx = index_open(idxoid, AccessShareLock);
+	idx = index_open(esrc_relation_oid("stream_rules_pkey"), AccessShareLock);
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 	if (after != NULL)
