@@ -34,6 +34,7 @@
 #include "compat.h"
 
 #include "access/sdir.h"
+#include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/itemptr.h"
@@ -95,11 +96,27 @@ typedef struct EsrcInflightSlot
  */
 typedef struct EsrcSharedState
 {
+	/*
+	 * The largest end of a commit record of a transaction that appended
+	 * events (order.c), published before its slot is cleared: the WAL the
+	 * forwarder must flush before it sends what it read (fwdread.c).
+	 */
+	pg_atomic_uint64 commit_end;
 	int			nslots;			/* entries in inflight[] */
 	EsrcInflightSlot inflight[FLEXIBLE_ARRAY_MEMBER];
 } EsrcSharedState;
 
 extern EsrcSharedState *esrc_shared;
+
+/* A TimestampTz as microseconds since the Unix epoch (0 stays 0), for logs. */
+static inline int64
+esrc_unix_us(TimestampTz t)
+{
+	if (t == 0)
+		return 0;
+	return (int64) t +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
 
 /* esrc.c */
 extern void esrc_require_shared(void);
@@ -113,6 +130,8 @@ extern void esrc_forwarder_init(void);
 extern Size esrc_forwarder_shmem_size(void);
 extern void esrc_forwarder_shmem_init(void);
 extern void esrc_forwarder_wake(void);
+/* esrc.forwarder_log_batches (fwdconf.c): also read at commit (order.c) */
+extern bool esrc_forwarder_log_batches;
 
 /* projlauncher.c: every database that accepts connections (launchers) */
 extern void esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg),
@@ -128,6 +147,7 @@ extern void esrc_order_shmem_init(bool found);
 extern int64 esrc_allocate_position(Oid seqoid, const char *category);
 extern int64 esrc_safe_position(Oid seqoid);
 extern int64 esrc_sequence_last_value(Oid seqoid);
+extern XLogRecPtr esrc_appended_commit_end(void);
 
 /*
  * order.c: the categories of in-flight appends (issue 14).  A category is

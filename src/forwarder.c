@@ -387,16 +387,6 @@ new_log(void)
 	fwd_mirror_dirty = false;
 }
 
-/* A TimestampTz as microseconds since the Unix epoch. */
-static long long
-unix_us(TimestampTz t)
-{
-	if (t == 0)
-		return 0;
-	return (long long) t +
-		(long long) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
-}
-
 /*
  * esrc.forwarder_log_batches: one LOG line per batch that went out, for
  * bench/forward/run.sh, which matches it with the commit timestamps of
@@ -411,10 +401,10 @@ log_batch(Batch *b, int ndone)
 
 	esrc_kafka_timing(kafka, &t);
 	ereport(LOG,
-			(errmsg("esrc forwarder: batch first=" INT64_FORMAT " last=" INT64_FORMAT " events=%d woke_us=%lld read_us=%lld started_us=%lld queued_us=%lld acked_us=%lld committed_us=%lld",
+			(errmsg("esrc forwarder: batch first=" INT64_FORMAT " last=" INT64_FORMAT " events=%d woke_us=" INT64_FORMAT " read_us=" INT64_FORMAT " started_us=" INT64_FORMAT " queued_us=" INT64_FORMAT " acked_us=" INT64_FORMAT " committed_us=" INT64_FORMAT,
 					b->recs[0].position, b->recs[ndone - 1].position, ndone,
-					unix_us(b->woke), unix_us(b->read_done), unix_us(t.started),
-					unix_us(t.queued), unix_us(t.acked), unix_us(t.committed)),
+					esrc_unix_us(b->woke), esrc_unix_us(b->read_done), esrc_unix_us(t.started),
+					esrc_unix_us(t.queued), esrc_unix_us(t.acked), esrc_unix_us(t.committed)),
 			 errhidestmt(true)));
 }
 

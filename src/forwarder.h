@@ -61,7 +61,6 @@ extern char *esrc_kafka_offsets_topic;
 extern char *esrc_kafka_properties;
 extern int	esrc_kafka_batch_size;
 extern int	esrc_delivery;
-extern bool esrc_forwarder_log_batches;
 
 /*
  * Largest total size of the strings of one batch.  A batch ends at

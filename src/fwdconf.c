@@ -622,7 +622,7 @@ esrc_forwarder_init(void)
 							 NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("esrc.forwarder_log_batches",
-							 "Logs one line per forwarded batch with its positions and when it passed each step.",
+							 "Logs one line per forwarded batch with its positions and when it passed each step, and one per committed appending transaction with when it became visible.",
 							 "For latency measurements (bench/forward); times are microseconds since the Unix epoch.",
 							 &esrc_forwarder_log_batches,
 							 false,

@@ -59,7 +59,6 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "access/xlog_internal.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
@@ -314,24 +313,6 @@ prepare(const char *sql, int nargs, Oid *argtypes)
 }
 
 /*
- * The end of the WAL inserted so far, as a position XLogFlush() accepts:
- * the insert position, or the start of its page when it points just past
- * a page header (nothing of the page is written yet, and XLogFlush would
- * refuse a position it cannot reach).
- */
-static XLogRecPtr
-wal_end_of_inserted(void)
-{
-	XLogRecPtr	ptr = GetXLogInsertRecPtr();
-
-	if (XLogSegmentOffset(ptr, wal_segment_size) == SizeOfXLogLongPHD)
-		ptr -= SizeOfXLogLongPHD;
-	else if (ptr % XLOG_BLCKSZ == SizeOfXLogShortPHD)
-		ptr -= SizeOfXLogShortPHD;
-	return ptr;
-}
-
-/*
  * Right after connecting: what the names in our SQL mean is ours to say,
  * not the database's or a role's (ALTER DATABASE/ROLE ... SET): see the
  * header comment.
@@ -496,18 +477,23 @@ read_state_row(void)
 /*
  * The events after position "after" up to the safe horizon (of the
  * sequence seqoid) into *b, through batch_receive.  Returns the end of
- * the WAL that the batch's commits are in.
+ * the WAL that the batch's commits are in: the largest commit record end
+ * that appenders published before they left the in-flight registry
+ * (order.c), not the end of all WAL inserted, which has the records of
+ * transactions still running; flushing those made the read wait for
+ * WAL that no event it returns is in.
  */
 static XLogRecPtr
 read_batch(Batch *b, Oid seqoid, int64 after)
 {
 	int64		horizon = esrc_safe_position(seqoid);
+	/* after the horizon: covers the commit of every event up to it */
+	XLogRecPtr	flush_to = esrc_appended_commit_end();
 	int64		last = esrc_sequence_last_value(seqoid);
 	BatchReceiver recv;
 	SPIExecuteOptions options;
 	ParamListInfo params;
 	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
-	XLogRecPtr	flush_to;
 	int			rc;
 
 	b->held = horizon < last;
@@ -543,8 +529,6 @@ read_batch(Batch *b, Oid seqoid, int64 after)
 	options.read_only = true;
 	options.dest = (DestReceiver *) &recv;
 	PushActiveSnapshot(GetLatestSnapshot());
-	/* every commit this snapshot sees has its commit record before here */
-	flush_to = wal_end_of_inserted();
 	rc = SPI_execute_plan_extended(batch_plan, &options);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "read of esrc.events failed: %s", SPI_result_code_string(rc));

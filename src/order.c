@@ -165,6 +165,13 @@
  * for them: a prepared transaction would hold a position with no backend
  * left to clear the slot.
  *
+ * Durability (the forwarder): before W5, a committing transaction raises
+ * EsrcSharedState.commit_end to the end of its commit record
+ * (publish_commit_end).  Every position at or below a horizon H belongs to
+ * a transaction whose W5 the reader saw, so commit_end read after R3
+ * covers the commit records of all of them: the WAL the forwarder flushes
+ * before it sends what it read (esrc_appended_commit_end, fwdread.c).
+ *
  * Slots live in EsrcSharedState (esrc.c).  At COMMIT we also set the
  * forwarder's latch, so the Kafka worker wakes once per committing
  * transaction that appended; at ABORT of such a transaction too, since its
@@ -237,6 +244,7 @@ esrc_order_shmem_init(bool found)
 
 	if (found)
 		return;
+	pg_atomic_init_u64(&esrc_shared->commit_end, 0);
 	esrc_shared->nslots = MaxBackends;
 	for (i = 0; i < MaxBackends; i++)
 	{
@@ -653,6 +661,58 @@ esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
 	return horizon;
 }
 
+/*
+ * At the commit of a transaction that appended, before W5: raise
+ * commit_end to the end of our commit record.  The fetch-and-compare loop
+ * is a full barrier, so a reader that sees our W5 (or any later write to
+ * the slot) and then reads commit_end after a read barrier sees at least
+ * our commit record's end.  Every position at or below a safe horizon
+ * belongs to a transaction whose W5 the reader saw (the claim of the
+ * header), so flushing the WAL up to commit_end read after
+ * esrc_safe_position() makes every event up to that horizon durable, and
+ * only that: not the WAL of transactions still running, whose flush the
+ * forwarder used to wait for.  With synchronous commits it is flushed
+ * already and XLogFlush() returns at once.
+ *
+ * With esrc.forwarder_log_batches on, also log when the commit became
+ * visible (we run after ProcArrayEndTransaction()), against its commit
+ * timestamp, for bench/forward: the part of an event's latency that is
+ * the appender's own commit (WAL flush, synchronous replication).
+ */
+static void
+publish_commit_end(EsrcInflightSlot *slot)
+{
+	XLogRecPtr	end = XactLastCommitEnd;
+	uint64		cur = pg_atomic_read_u64(&esrc_shared->commit_end);
+
+	while (cur < (uint64) end &&
+		   !pg_atomic_compare_exchange_u64(&esrc_shared->commit_end, &cur, (uint64) end))
+		;
+	pg_memory_barrier();		/* also when there was nothing to raise */
+
+	if (esrc_forwarder_log_batches)
+	{
+		TimestampTz stop = GetCurrentTransactionStopTimestamp();
+
+		ereport(LOG,
+				(errmsg("esrc: commit visible first_position=" UINT64_FORMAT " commit_us=" INT64_FORMAT " visible_us=" INT64_FORMAT,
+						pg_atomic_read_u64(&slot->min_position),
+						esrc_unix_us(stop), esrc_unix_us(GetCurrentTimestamp())),
+				 errhidestmt(true)));
+	}
+}
+
+/*
+ * The WAL to flush before events read up to a safe horizon may leave the
+ * server: read after esrc_safe_position() (see publish_commit_end).
+ */
+XLogRecPtr
+esrc_appended_commit_end(void)
+{
+	pg_read_barrier();
+	return (XLogRecPtr) pg_atomic_read_u64(&esrc_shared->commit_end);
+}
+
 static void
 esrc_xact_callback(XactEvent event, void *arg)
 {
@@ -677,6 +737,9 @@ esrc_xact_callback(XactEvent event, void *arg)
 				uint64		hashes[ESRC_SLOT_CATEGORIES];
 				int			n = esrc_xact_ncats;
 				bool		overflow = esrc_xact_overflow;
+
+				if (event == XACT_EVENT_COMMIT)
+					publish_commit_end(slot);
 
 				/* W5 */
 				pg_atomic_write_u64(&slot->min_position, 0);
