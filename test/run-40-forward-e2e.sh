@@ -5,7 +5,8 @@
 # back; while they run, a setting is reloaded (SIGHUP).  Then a
 # read_committed consumer must find every committed event once, in order,
 # encoded as specified (test/forward/check.py), and the status view must
-# agree.  Last, a smoke run of bench/forward's floor tool.
+# agree.  librdkafka's main threads run at a lower priority than the
+# worker.  Last, a smoke run of bench/forward's floor tool.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -24,6 +25,23 @@ fwd_wait_forwarded 60 || status=1
 expect "status is running with the broker list and the delivery mode" \
     test "$(fwd_sql "SELECT state || ' ' || brokers || ' ' || delivery FROM esrc.forwarder_status")" \
     = "running $FWD_BROKER exactly_once"
+# librdkafka's main threads (one per producer; exactly_once has two) run
+# 10 nice steps below the worker (src/kafka.c, kafka_new_rk); the worker
+# and the other threads it created itself keep the worker's value
+main_threads_niced() {
+    local w n t main=0 nice
+    w=$(fwd_worker_pid)
+    n=$(awk '{ print $19 }' "/proc/$w/stat")
+    for t in /proc/"$w"/task/*; do
+        [ "$(cat "$t/comm")" = rdk:main ] || continue
+        main=$((main + 1))
+        nice=$(sed 's/^.*) //' "$t/stat" | awk '{ print $17 }')
+        [ "$nice" = "$(( n + 10 > 19 ? 19 : n + 10 ))" ] || { log "   rdk:main $t: nice $nice, worker $n"; return 1; }
+    done
+    log "   worker nice $n, $main rdk:main thread(s) at $(( n + 10 > 19 ? 19 : n + 10 ))"
+    [ "$main" = 2 ] && [ "$(sed 's/^.*) //' "/proc/$w/task/$w/stat" | awk '{ print $17 }')" = "$n" ]
+}
+expect "librdkafka's main threads run below the worker's priority" main_threads_niced
 fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
 fwd_sql "SELECT esrc.append('warmup-1', 'Paused', '{}')" >/dev/null
 sleep 1.5
