@@ -452,6 +452,7 @@ txnfloor(int argc unused_arg, char **argv)
 	int64_t    *lat = malloc(sizeof(int64_t) * n);
 	int64_t    *acks = malloc(sizeof(int64_t) * n);
 	int64_t    *commits = malloc(sizeof(int64_t) * n);
+	int64_t    *queues = malloc(sizeof(int64_t) * n);
 	long		nlat = 0;
 	long		next = 0;
 	long		batches = 0;
@@ -549,6 +550,7 @@ txnfloor(int argc unused_arg, char **argv)
 		batches++;
 		if (due[next] >= warm)
 		{
+			queues[counted_batches] = queued - t;
 			acks[counted_batches] = acked - queued;
 			commits[counted_batches] = done - acked;
 			counted_batches++;
@@ -561,6 +563,7 @@ txnfloor(int argc unused_arg, char **argv)
 		p = 1 - p;
 	}
 	print_pct("floor_commit_to_kafka_ack", lat, nlat, 1000.0, "ms");
+	print_pct("floor_batch_turn_to_queued", queues, counted_batches, 1000.0, "ms");
 	print_pct("floor_batch_queued_to_acked", acks, counted_batches, 1000.0, "ms");
 	print_pct("floor_batch_acked_to_committed", commits, counted_batches, 1000.0, "ms");
 	printf("floor_batches n=%ld events_per_batch=%.1f busy_per_batch=%.2fms\n",

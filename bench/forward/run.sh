@@ -33,8 +33,14 @@
 #      (fwdbench txnfloor: events due at the same rate, one Kafka
 #      transaction per turn over what is due, two producers in turn,
 #      records of the same shape, a position record) measured from an
-#      event's due time to commit_transaction() returning; then
-#      exactly_once_vs_floor, the ratios of (a)'s percentiles to it;
+#      event's due time to commit_transaction() returning, started by a
+#      backend so that it is scheduled like the worker (see txn_floor), with
+#      the same read_committed consumer on its topic; then
+#      exactly_once_vs_floor, the ratios of (a)'s percentiles to it, and
+#      exactly_once_from_visible_vs_floor, from each commit's visibility
+#      (logged by the appending sessions with esrc.forwarder_log_batches:
+#      commit_to_visible is the appender's own WAL flush, which the floor
+#      has no counterpart of);
 #   4. in both latency phases, the CPU time of librdkafka's main threads
 #      ("rdk:main", one per producer) per Kafka transaction and as a share
 #      of one core: librdkafka 2.0.2's transactional producer spins there
@@ -84,7 +90,7 @@ if [ -n "${BENCH_BATCH:-}" ]; then
     sleep 1
 fi
 batch=$(fwd_sql "SHOW esrc.kafka_batch_size")
-echo "machine $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GB; kafka $KAFKA_VERSION on the same machine"
+echo "machine $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GB; kafka $KAFKA_VERSION on the same machine; kernel.sched_autogroup_enabled $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo -)"
 echo "esrc.kafka_batch_size $batch"
 
 # --- 1. throughput -------------------------------------------------------
@@ -149,7 +155,8 @@ pct() {
               round(max($2) / 1000.0, 2)) FROM $3;"
 }
 
-batch_re='.*esrc forwarder: batch first=\([0-9]*\) last=\([0-9]*\) events=\([0-9]*\) woke_us=\([0-9]*\) read_us=\([0-9]*\) started_us=[0-9]* queued_us=\([0-9]*\) acked_us=\([0-9]*\) committed_us=\([0-9]*\).*'
+vis_re='.*esrc: commit visible first_position=\([0-9]*\) commit_us=\([0-9]*\) visible_us=\([0-9]*\).*'
+batch_re='.*esrc forwarder: batch first=\([0-9]*\) last=\([0-9]*\) events=\([0-9]*\) woke_us=\([0-9]*\) read_us=\([0-9]*\) started_us=\([0-9]*\) queued_us=\([0-9]*\) acked_us=\([0-9]*\) committed_us=\([0-9]*\).*'
 
 latency() { # MODE
     local n=$((RATE * SECS)) out="$dir/lat.$1.out" lo hi c wpid cpu0 wall0 cpu wall
@@ -160,19 +167,22 @@ latency() { # MODE
     until grep -q ready "$out" 2>/dev/null; do sleep 0.2; done
     wpid=$(fwd_worker_pid)
     cpu0=$(threads_cpu_ms "$wpid" rdk:main)
+    mcpu0=$(task_cpu_ms "$wpid" "$wpid")
     wall0=$(date +%s%3N)
     pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \
         -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.$1.log" 2>&1
     cpu=$(( $(threads_cpu_ms "$wpid" rdk:main) - cpu0 ))
+    mcpu=$(( $(task_cpu_ms "$wpid" "$wpid") - mcpu0 ))
     wall=$(( $(date +%s%3N) - wall0 ))
     wait $c || true
     fwd_wait_forwarded 60
     hi=$(fwd_sql "SELECT max(position) FROM esrc.events")
     echo "$1 appends: $(grep -E '^tps' "$dir/pgbench.$1.log" | cut -d' ' -f1-3), $(grep -E '^latency average' "$dir/pgbench.$1.log")"
-    sed -n "s/$batch_re/\1,\2,\3,\4,\5,\6,\7,\8/p" "$FWD_PGDIR/server.log" >"$dir/batches.$1"
+    sed -n "s/$batch_re/\1,\2,\3,\4,\5,\6,\7,\8,\9/p" "$FWD_PGDIR/server.log" >"$dir/batches.$1"
+    sed -n "s/$vis_re/\1,\2,\3/p" "$FWD_PGDIR/server.log" >"$dir/visible.$1"
     psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAt -v ON_ERROR_STOP=1 <<EOF | sed "s/^/$1 /" >"$dir/lat.$1.sql.out"
 CREATE TEMP TABLE b (first bigint, last bigint, events int, woke bigint, read bigint,
-                     queued bigint, acked bigint, committed bigint);
+                     started bigint, queued bigint, acked bigint, committed bigint);
 \copy b FROM '$dir/batches.$1' WITH (FORMAT csv)
 DELETE FROM b WHERE first <= $lo OR last > $hi;
 CREATE TEMP TABLE r (position bigint, received bigint, appended bigint);
@@ -180,6 +190,8 @@ CREATE TEMP TABLE r (position bigint, received bigint, appended bigint);
 CREATE TEMP TABLE ev AS
   SELECT position, (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::bigint AS commit_us
   FROM esrc.events WHERE position > $lo AND position <= $hi;
+CREATE TEMP TABLE v (position bigint, commit_us bigint, visible_us bigint);
+\copy v FROM '$dir/visible.$1' WITH (FORMAT csv)
 SELECT format('batches_during_load n=%s', count(*)) FROM b WHERE woke >= $(( wall0 * 1000 ));
 -- the first 2 s of the load are warm-up, as in the floor's figures
 DELETE FROM ev WHERE commit_us < $(( (wall0 + 2000) * 1000 ));
@@ -188,9 +200,13 @@ $(pct commit_to_kafka_ack "b.committed - ev.commit_us" "ev JOIN b ON ev.position
 $(pct commit_to_broker_append "r.appended * 1000 - ev.commit_us" "ev JOIN r USING (position) WHERE r.appended >= 0")
 $(pct commit_to_consumer "r.received - ev.commit_us" "ev JOIN r USING (position)")
 $(pct commit_to_worker_wake "b.woke - ev.commit_us" "ev JOIN b ON ev.position BETWEEN b.first AND b.last")
+$(pct commit_to_visible "v.visible_us - v.commit_us" "ev JOIN v USING (position)")
+$(pct visible_to_kafka_ack "b.committed - v.visible_us" "ev JOIN v USING (position) JOIN b ON ev.position BETWEEN b.first AND b.last")
 SELECT format('batches n=%s events_per_batch=%s', count(*), round(avg(events), 1)) FROM b;
 $(pct batch_wake_to_read_done "read - woke" b)
 $(pct batch_read_to_queued "queued - read" b)
+$(pct batch_read_to_started "started - read" b)
+$(pct batch_started_to_queued "queued - started" b)
 $(pct batch_queued_to_acked "acked - queued" b)
 $(pct batch_acked_to_committed "committed - acked" b)
 $(pct batch_committed_to_next_woke "next_woke - committed" "(SELECT committed, lead(woke) OVER (ORDER BY first) AS next_woke FROM b) n WHERE next_woke > committed")
@@ -198,35 +214,77 @@ EOF
     grep -v " batches_during_load " "$dir/lat.$1.sql.out"
     sed -n "s/^latency_\(.*\)/$1 ce_time_\1/p" "$out"
     # CPU over the whole load, divided by the batches of the whole load
-    rdk_main "$1" "$cpu" "$wall" \
-        "$(sed -n "s/^$1 batches_during_load n=\([0-9]*\).*/\1/p" "$dir/lat.$1.sql.out")"
+    nb=$(sed -n "s/^$1 batches_during_load n=\([0-9]*\).*/\1/p" "$dir/lat.$1.sql.out")
+    rdk_main "$1" "$cpu" "$wall" "$nb"
+    main_thread "$1" "$mcpu" "$wall" "$nb"
 }
 # floor: the Kafka transaction protocol alone, under the same append load
+# The floor runs as a child of a PostgreSQL backend (COPY FROM PROGRAM), so
+# that the kernel schedules it as it schedules the worker.  With autogroup
+# (on by default in Debian's kernels) CPU is shared between sessions first,
+# then between the threads of a session.  Every backend and background
+# worker is a session of its own (InitPostmasterChild() calls setsid()), so
+# the worker, with its librdkafka threads, is one group; a floor started by
+# this script would share the script's group with pgbench's client, and
+# was measured faster there than esrc for reasons of scheduling alone
+# (queueing a transaction's first record took 0.03 ms against the worker's
+# 0.26-0.38 ms; 0.04 ms for both with autogroup off).  The child of the
+# COPY's backend, which only waits for it, is a group of its own like the
+# worker.  The bench prints both groups.
 txn_floor() {
-    local out="$dir/floor.out"
+    local out="$dir/floor.out" f='' copy cons
     fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
-    "$dir/fwdbench" txnfloor "$FWD_BROKER" esrc.floor esrc.floor.offsets "$RATE" "$SECS" >"$out" &
-    local f=$! cpu0 wall0 cpu wall
+    # the same read_committed consumer as in esrc's phase, on the floor's
+    # topic: the same load on the broker (its figures are not used)
+    "$dir/fwdbench" latency "$FWD_BROKER" $((RATE * SECS)) $((SECS + 15)) esrc.floor \
+        >"$dir/floor-consumer.out" 2>&1 &
+    cons=$!
+    until grep -q ready "$dir/floor-consumer.out" 2>/dev/null; do
+        kill -0 $cons 2>/dev/null || die "the floor's consumer failed: $(cat "$dir/floor-consumer.out")"
+        sleep 0.2
+    done
+    fwd_sql "CREATE TEMP TABLE floor_out (line text);
+             COPY floor_out FROM PROGRAM 'exec $dir/fwdbench txnfloor $FWD_BROKER esrc.floor esrc.floor.offsets $RATE $SECS >$out 2>$dir/floor.err'" \
+        >/dev/null &
+    copy=$!
+    until [ -n "$f" ] || ! kill -0 $copy 2>/dev/null; do
+        f=$(pgrep -n -f "^$dir/fwdbench txnfloor $FWD_BROKER esrc.floor " || true)
+        [ -n "$f" ] || sleep 0.05
+    done
+    [ -n "$f" ] || die "the floor did not start: $(cat "$dir/floor.err" 2>/dev/null)"
+    echo "exactly_once floor scheduled in $(cut -d' ' -f1 /proc/$f/autogroup 2>/dev/null)," \
+        "the worker in $(cut -d' ' -f1 "/proc/$(fwd_worker_pid)/autogroup" 2>/dev/null)," \
+        "this script in $(cut -d' ' -f1 /proc/$$/autogroup 2>/dev/null)"
+    local cpu0 wall0 cpu wall mcpu mcpu0 c m
     pgbench -h 127.0.0.1 -p "$FWD_PORT" -U postgres -n -f "$dir/lat.sql" -R "$RATE" -T "$SECS" \
         -c 4 -j 2 "$FWD_DB" >"$dir/pgbench.floor.log" 2>&1 &
     local load=$!
     # its first 2 s are warm-up (not counted in its figures)
     sleep 2.1
     cpu0=$(threads_cpu_ms $f rdk:main)
+    mcpu0=$(task_cpu_ms $f $f)
     wall0=$(date +%s%3N)
+    cpu=$cpu0 mcpu=$mcpu0 wall=$wall0
     # until its loop ends: the process then prints and destroys its producers
     until grep -q floor_commit_to_kafka_ack "$out" 2>/dev/null || ! kill -0 $f 2>/dev/null; do
-        cpu=$(threads_cpu_ms $f rdk:main)
-        wall=$(date +%s%3N)
+        # the last readings while the process is there (0 once it is gone)
+        kill -0 $f 2>/dev/null || break
+        c=$(threads_cpu_ms $f rdk:main)
+        m=$(task_cpu_ms $f $f)
+        kill -0 $f 2>/dev/null || break
+        cpu=$c mcpu=$m wall=$(date +%s%3N)
         sleep 0.2
     done
-    wait $f
+    wait $copy || die "the floor failed: $(cat "$dir/floor.err")"
     wait $load
+    kill $cons 2>/dev/null || true
+    wait $cons 2>/dev/null || true
     fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
     fwd_wait_forwarded 120
     sed 's/^/exactly_once /' "$out"
-    rdk_main "exactly_once floor" $((cpu - cpu0)) $((wall - wall0)) \
-        "$(sed -n 's/^floor_batches n=\([0-9]*\).*/\1/p' "$out")"
+    nb=$(sed -n 's/^floor_batches n=\([0-9]*\).*/\1/p' "$out")
+    rdk_main "exactly_once floor" $((cpu - cpu0)) $((wall - wall0)) "$nb"
+    main_thread "exactly_once floor" $((mcpu - mcpu0)) $((wall - wall0)) "$nb"
 }
 # threads_cpu_ms PID COMM: CPU time (user + system, ms) of PID's threads named COMM
 threads_cpu_ms() {
@@ -239,7 +297,21 @@ threads_cpu_ms() {
     done
     echo $((total * 1000 / CLK_TCK))
 }
+# task_cpu_ms PID TID: CPU time (ms) of thread TID of PID: with TID = PID
+# the main thread, the worker's own (its reads, queueing, delivery reports)
+task_cpu_ms() {
+    local f
+    f=($(sed 's/^.*) //' "/proc/$1/task/$2/stat" 2>/dev/null)) || { echo 0; return; }
+    echo $(( (f[11] + f[12]) * 1000 / CLK_TCK ))
+}
 CLK_TCK=$(getconf CLK_TCK)
+# main_thread PHASE CPU_MS WALL_MS BATCHES: the forwarding thread's CPU
+# (the worker's process, or the floor's main thread)
+main_thread() {
+    awk -v p="$1" -v c="$2" -v w="$3" -v b="$4" 'BEGIN {
+        printf "%s forwarding_thread cpu=%dms in %dms (%.0f%% of one core), %.3f ms per batch\n",
+               p, c, w, (w > 0 ? 100 * c / w : 0), (b > 0 ? c / b : 0) }'
+}
 # rdk_main PHASE CPU_MS WALL_MS BATCHES: librdkafka's main threads' CPU
 rdk_main() {
     awk -v p="$1" -v c="$2" -v w="$3" -v b="$4" 'BEGIN {
@@ -260,6 +332,11 @@ for q in p50 p90 p99; do
     a=$(pget "$dir/eo.out" commit_to_kafka_ack $q)
     f=$(pget "$dir/floor.txt" floor_commit_to_kafka_ack $q)
     echo "exactly_once_vs_floor $q $(awk -v a="$a" -v f="$f" 'BEGIN { printf "%.2f", a / f }')   (esrc ${a} ms, floor ${f} ms)"
+done
+for q in p50 p90 p99; do
+    a=$(pget "$dir/eo.out" visible_to_kafka_ack $q)
+    f=$(pget "$dir/floor.txt" floor_commit_to_kafka_ack $q)
+    echo "exactly_once_from_visible_vs_floor $q $(awk -v a="$a" -v f="$f" 'BEGIN { printf "%.2f", a / f }')   (esrc ${a} ms, floor ${f} ms)"
 done
 fwd_sql "ALTER SYSTEM SET esrc.delivery = at_least_once" >/dev/null
 fwd_sql "SELECT pg_reload_conf()" >/dev/null
