@@ -47,7 +47,8 @@ crash() {
 # async_append STREAM: append one event with synchronous_commit = off in a
 # transaction of its own; prints its position
 async_append() {
-    fwd_sql "SET synchronous_commit = off; SELECT position FROM esrc.append('$1', 'Noted', '{\"n\": 1}')"
+    fwd_sql "SET synchronous_commit = off; SELECT esrc.append('$1', 'Noted', '{\"n\": 1}');
+             SELECT max(position) FROM esrc.events WHERE stream = '$1'" | tail -1
 }
 
 # the position of an event as Kafka has it: the ids of the records there
