@@ -136,6 +136,13 @@ extern bool esrc_forwarder_log_batches;
 /* projlauncher.c: every database that accepts connections (launchers) */
 extern void esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg),
 								void *arg);
+/* projlauncher.c, for both launchers: a stopped worker and its restart */
+#define ESRC_RESTART_DELAY_MS		1000
+#define ESRC_RESTART_DELAY_MAX_MS	60000
+struct BackgroundWorkerHandle;
+extern bool esrc_launched_worker_stopped(struct BackgroundWorkerHandle *handle,
+										 pid_t slot_pid);
+extern int	esrc_restart_delay(int *failures);
 /* fwdconf.c: what an append may hold when this database is forwarded */
 extern Size esrc_forwarder_event_limit(void);
 extern void esrc_forwarder_refuse_size(int index, Size limit);

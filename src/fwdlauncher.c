@@ -21,7 +21,7 @@
  * forwarder.h; esrc.max_forwarders of them) from the launcher, which
  * writes its database there before starting it and takes the slot back
  * once the postmaster reports it stopped.  A worker that stops on an
- * error or a SIGTERM is started again after RESTART_DELAY_MS, doubling
+ * error or a SIGTERM is started again after ESRC_RESTART_DELAY_MS, doubling
  * up to a minute while it keeps failing; the others are not touched.  A
  * crash of any backend (kill -9) makes the postmaster restart the whole
  * cluster, as it does for every crash: the launcher starts again and
@@ -56,8 +56,6 @@
 
 PGDLLEXPORT void esrc_forwarder_launcher_main(Datum main_arg);
 
-#define RESTART_DELAY_MS	1000
-#define RESTART_DELAY_MAX_MS 60000
 #define SCAN_INTERVAL_MS	10000
 #define PROBE_INTERVAL_MS	30000
 
@@ -212,19 +210,11 @@ reap_workers(TimestampTz now)
 	for (i = 0; i < fwd_shared->nslots; i++)
 	{
 		EsrcForwarderShared *f = &fwd_shared->slots[i];
-		pid_t		pid;
 		FwdDb	   *db;
 		bool		idle;
 
-		if (!f->in_use)
+		if (!f->in_use || !esrc_launched_worker_stopped(handles[i], f->pid))
 			continue;
-		if (handles[i] != NULL)
-		{
-			if (GetBackgroundWorkerPid(handles[i], &pid) != BGWH_STOPPED)
-				continue;
-		}
-		else if (f->pid != 0)
-			continue;			/* a launcher before us started it; it is stopping */
 		idle = f->idle_exit;
 		db = db_of_slot(i);
 		free_slot(i);
@@ -246,16 +236,12 @@ reap_workers(TimestampTz now)
 		}
 		else
 		{
-			int			delay = RESTART_DELAY_MS;
-			int			n;
+			int			delay = esrc_restart_delay(&db->failures);
 
-			for (n = 0; n < db->failures && delay < RESTART_DELAY_MAX_MS; n++)
-				delay *= 2;
-			db->failures++;
-			db->restart_at = TimestampTzPlusMilliseconds(now, Min(delay, RESTART_DELAY_MAX_MS));
+			db->restart_at = TimestampTzPlusMilliseconds(now, delay);
 			ereport(LOG,
 					(errmsg("esrc forwarder launcher: the forwarder of database \"%s\" stopped, starting it again in %d ms",
-							db->name, Min(delay, RESTART_DELAY_MAX_MS))));
+							db->name, delay)));
 		}
 	}
 }
@@ -380,8 +366,8 @@ start_wanted(TimestampTz now)
 		if (!start_worker(db))
 		{
 			all_started = false;
-			db->restart_at = TimestampTzPlusMilliseconds(now, RESTART_DELAY_MS);
-			timeout = timeout < 0 ? RESTART_DELAY_MS : Min(timeout, RESTART_DELAY_MS);
+			db->restart_at = TimestampTzPlusMilliseconds(now, ESRC_RESTART_DELAY_MS);
+			timeout = timeout < 0 ? ESRC_RESTART_DELAY_MS : Min(timeout, ESRC_RESTART_DELAY_MS);
 		}
 	}
 	if (all_started)

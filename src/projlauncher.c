@@ -62,7 +62,6 @@
 #include "projection.h"
 
 #define MAX_WAKE_REQUESTS	64
-#define RESTART_DELAY_MS	1000
 
 typedef struct ProjSlot
 {
@@ -320,6 +319,40 @@ esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg), void *ar
 	CommitTransactionCommand();
 }
 
+/*
+ * For both launchers (this one and fwdlauncher.c): has the worker of a
+ * launcher's slot stopped?  Its handle says so; without one (the worker
+ * was started by a launcher before this one, which the postmaster
+ * restarted) the slot's pid does, which the worker clears as it exits.
+ */
+bool
+esrc_launched_worker_stopped(BackgroundWorkerHandle *handle, pid_t slot_pid)
+{
+	pid_t		pid;
+
+	if (handle != NULL)
+		return GetBackgroundWorkerPid(handle, &pid) == BGWH_STOPPED;
+	return slot_pid == 0;
+}
+
+/*
+ * For both launchers: a worker that stopped on an error starts again after
+ * ESRC_RESTART_DELAY_MS, doubling with each failure in a row up to
+ * ESRC_RESTART_DELAY_MAX_MS (a dropped database, say, is not asked every
+ * second).  Counts the failure; returns the delay in milliseconds.
+ */
+int
+esrc_restart_delay(int *failures)
+{
+	int			delay = ESRC_RESTART_DELAY_MS;
+	int			n;
+
+	for (n = 0; n < *failures && delay < ESRC_RESTART_DELAY_MAX_MS; n++)
+		delay *= 2;
+	(*failures)++;
+	return Min(delay, ESRC_RESTART_DELAY_MAX_MS);
+}
+
 static void
 make_active(Oid dbid, const char *name, void *arg)
 {
@@ -372,20 +405,12 @@ reap_workers(TimestampTz now)
 	for (i = 0; i < proj_shared->nslots; i++)
 	{
 		ProjSlot   *s = &proj_shared->slots[i];
-		pid_t		pid;
 		DbState    *db;
 		bool		idle;
 		uint64		checked;
 
-		if (!s->in_use)
+		if (!s->in_use || !esrc_launched_worker_stopped(handles[i], s->pid))
 			continue;
-		if (handles[i] != NULL)
-		{
-			if (GetBackgroundWorkerPid(handles[i], &pid) != BGWH_STOPPED)
-				continue;
-		}
-		else if (s->pid != 0)
-			continue;			/* started by a launcher before us, still running */
 		SpinLockAcquire(&proj_shared->mutex);
 		idle = s->idle_exit;
 		checked = s->checked_seq;
@@ -401,16 +426,9 @@ reap_workers(TimestampTz now)
 			db->active = false;
 		else if (!idle)
 		{
-			/* 1 s, doubling up to a minute: a dropped database, say */
-			int			delay = RESTART_DELAY_MS;
-			int			f;
-
 			/* it is started again, even if another worker left idle before */
 			db->active = true;
-			for (f = 0; f < db->failures && delay < 60000; f++)
-				delay *= 2;
-			db->failures++;
-			db->restart_at = TimestampTzPlusMilliseconds(now, Min(delay, 60000));
+			db->restart_at = TimestampTzPlusMilliseconds(now, esrc_restart_delay(&db->failures));
 		}
 		else
 			db->failures = 0;
@@ -538,8 +556,8 @@ esrc_projection_launcher_main(Datum arg)
 			}
 			if (!start_workers(db))
 			{
-				db->restart_at = TimestampTzPlusMilliseconds(now, RESTART_DELAY_MS);
-				timeout = timeout < 0 ? RESTART_DELAY_MS : Min(timeout, RESTART_DELAY_MS);
+				db->restart_at = TimestampTzPlusMilliseconds(now, ESRC_RESTART_DELAY_MS);
+				timeout = timeout < 0 ? ESRC_RESTART_DELAY_MS : Min(timeout, ESRC_RESTART_DELAY_MS);
 			}
 		}
 		(void) WaitLatch(MyLatch,
