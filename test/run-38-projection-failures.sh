@@ -140,23 +140,13 @@ for stmt in "UPDATE esrc.projection_skips SET reason = 'x'" "DELETE FROM esrc.pr
     log "ok: refused ($st): $stmt"
 done
 
-# fixable: blocked, then the handler is fixed: moves on without a skip
-wait_for "fixable partition $px blocked" "$(state_of fixable $px state) = 'blocked'"
-check "fixable blocked at acct-9 version 2" "$(state_of fixable $px blocked_position) = $bx"
-check "fixable: the others went on" "fail.seen_ok('fixable', 4, $px, $bx, NULL)"
-q -c "CREATE OR REPLACE FUNCTION fail.fixable(e esrc.event) RETURNS void LANGUAGE plpgsql AS \$\$
-      BEGIN
-          INSERT INTO fail.seen VALUES ('fixable', e.position, e.stream, e.version, 'v2');
-      END
-      \$\$"
-wait_for "fixable caught up after the fix" "$(caught_up fixable)"
-check "every event applied once, the failing one by the fixed handler, no skip" \
-    "fail.seen_ok('fixable', 4, NULL, NULL, NULL)
-     AND (SELECT note FROM fail.seen WHERE projection = 'fixable' AND position = $bx) = 'v2'
-     AND NOT EXISTS (SELECT FROM esrc.projection_skips WHERE projection = 'fixable')"
-
 # stubborn: blocked because of data; the data fixed it stays blocked;
-# resume retries it at once
+# resume retries it at once.  Before fixable's fix: a change to any
+# function (CREATE OR REPLACE) has every blocked partition try once more
+# (projworker.c, unblock_all), so a stubborn partition still blocked then
+# would retry, find the data fixed and move on without the resume; the
+# worker that processes that invalidation last may do so after stubborn
+# blocked again (seen once in a full run)
 wait_for "stubborn partition $ps blocked" "$(state_of stubborn $ps state) = 'blocked'"
 check "stubborn blocked at acct-13 version 4 (SQLSTATE 23514)" \
     "$(state_of stubborn $ps blocked_position) = $bs AND $(state_of stubborn $ps last_error_sqlstate) = '23514'"
@@ -171,6 +161,22 @@ q -c "SELECT esrc.projection_resume('stubborn')" >/dev/null
 wait_for "stubborn caught up after resume" "$(caught_up stubborn)"
 check "stubborn: every event applied once, no skip" \
     "fail.seen_ok('stubborn', 2, NULL, NULL, NULL) AND NOT EXISTS (SELECT FROM esrc.projection_skips WHERE projection = 'stubborn')"
+
+# fixable: blocked, then the handler is fixed: moves on without a skip
+wait_for "fixable partition $px blocked" "$(state_of fixable $px state) = 'blocked'"
+wait_for "fixable's other partitions took the new round" "$(caught_up fixable $px)"
+check "fixable blocked at acct-9 version 2" "$(state_of fixable $px blocked_position) = $bx"
+check "fixable: the others went on" "fail.seen_ok('fixable', 4, $px, $bx, NULL)"
+q -c "CREATE OR REPLACE FUNCTION fail.fixable(e esrc.event) RETURNS void LANGUAGE plpgsql AS \$\$
+      BEGIN
+          INSERT INTO fail.seen VALUES ('fixable', e.position, e.stream, e.version, 'v2');
+      END
+      \$\$"
+wait_for "fixable caught up after the fix" "$(caught_up fixable)"
+check "every event applied once, the failing one by the fixed handler, no skip" \
+    "fail.seen_ok('fixable', 4, NULL, NULL, NULL)
+     AND (SELECT note FROM fail.seen WHERE projection = 'fixable' AND position = $bx) = 'v2'
+     AND NOT EXISTS (SELECT FROM esrc.projection_skips WHERE projection = 'fixable')"
 
 # steady: paused, takes nothing while the others take a new round
 wait_for "steady caught up" "$(caught_up steady)"
