@@ -191,13 +191,6 @@ static EsrcKafka *live_handle = NULL;
 static bool live_connecting = false;	/* live_handle is in connect */
 
 /*
- * rd_kafka_new with every signal blocked: the threads it starts inherit
- * the mask (and later ones are started by those threads), so no signal
- * meant for the worker lands on a librdkafka thread and runs one of
- * PostgreSQL's handlers there.  Signals that arrive meanwhile stay
- * pending and are handled when the mask is restored.
- */
-/*
  * librdkafka's main thread yields the CPU to the worker (and to the
  * database): it runs at a nice value MAIN_THREAD_NICE above the worker's.
  * A transactional producer of librdkafka before 2.8 spins on that thread
@@ -232,6 +225,16 @@ kafka_on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *ic_opaque,
 	return rd_kafka_interceptor_add_on_thread_start(rk, "esrc", kafka_on_thread_start, NULL);
 }
 
+/*
+ * rd_kafka_new with every signal blocked: the threads it starts inherit
+ * the mask (and later ones are started by those threads), so no signal
+ * meant for the worker lands on a librdkafka thread and runs one of
+ * PostgreSQL's handlers there.  Signals that arrive meanwhile stay
+ * pending and are handled when the mask is restored.
+ *
+ * Also adds the interceptor that lowers the priority of librdkafka's main
+ * thread (above).
+ */
 rd_kafka_t *
 kafka_new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
 {
