@@ -6,6 +6,9 @@
  *	  every database that has projections, restarts those that die, and
  *	  lets those of a database without projections go; and the slots in
  *	  shared memory through which workers and sessions reach each other.
+ *	  Also what both launchers (this one and fwdlauncher.c) share: the
+ *	  scan of the databases, the check for a stopped worker and the
+ *	  restart back-off.
  *
  * While esrc.scavenge_interval is set, worker 1 also runs the scavenger
  * (scavenge.c): it is started in every database, stays where there is
