@@ -158,13 +158,24 @@ pct() {
 vis_re='.*esrc: commit visible first_position=\([0-9]*\) commit_us=\([0-9]*\) visible_us=\([0-9]*\).*'
 batch_re='.*esrc forwarder: batch first=\([0-9]*\) last=\([0-9]*\) events=\([0-9]*\) woke_us=\([0-9]*\) read_us=\([0-9]*\) started_us=\([0-9]*\) queued_us=\([0-9]*\) acked_us=\([0-9]*\) committed_us=\([0-9]*\).*'
 
+# start_consumer TOPIC OUT: the measuring read_committed consumer (fwdbench
+# latency) of TOPIC in the background, its output in OUT (stderr in
+# OUT.err), its pid in $cons; returns once it is ready.  With
+# FWDBENCH_RECORDS=FILE it writes each record's times there.
+start_consumer() {
+    "$dir/fwdbench" latency "$FWD_BROKER" $((RATE * SECS)) $((SECS + 15)) "$1" >"$2" 2>"$2.err" &
+    cons=$!
+    until grep -q ready "$2" 2>/dev/null; do
+        kill -0 $cons 2>/dev/null || die "the consumer of $1 failed: $(cat "$2" "$2.err")"
+        sleep 0.2
+    done
+}
+
 latency() { # MODE
-    local n=$((RATE * SECS)) out="$dir/lat.$1.out" lo hi c wpid cpu0 wall0 cpu wall
+    local out="$dir/lat.$1.out" lo hi c cons wpid cpu0 wall0 cpu wall
     lo=$(fwd_sql "SELECT coalesce(max(position), 0) FROM esrc.events")
-    FWDBENCH_RECORDS="$dir/rec.$1" "$dir/fwdbench" latency "$FWD_BROKER" "$n" $((SECS + 15)) esrc.lat \
-        >"$out" 2>"$dir/lat.$1.err" &
-    c=$!
-    until grep -q ready "$out" 2>/dev/null; do sleep 0.2; done
+    FWDBENCH_RECORDS="$dir/rec.$1" start_consumer esrc.lat "$out"
+    c=$cons
     wpid=$(fwd_worker_pid)
     cpu0=$(threads_cpu_ms "$wpid" rdk:main)
     mcpu0=$(task_cpu_ms "$wpid" "$wpid")
@@ -236,13 +247,7 @@ txn_floor() {
     fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
     # the same read_committed consumer as in esrc's phase, on the floor's
     # topic: the same load on the broker (its figures are not used)
-    "$dir/fwdbench" latency "$FWD_BROKER" $((RATE * SECS)) $((SECS + 15)) esrc.floor \
-        >"$dir/floor-consumer.out" 2>&1 &
-    cons=$!
-    until grep -q ready "$dir/floor-consumer.out" 2>/dev/null; do
-        kill -0 $cons 2>/dev/null || die "the floor's consumer failed: $(cat "$dir/floor-consumer.out")"
-        sleep 0.2
-    done
+    start_consumer esrc.floor "$dir/floor-consumer.out"
     fwd_sql "CREATE TEMP TABLE floor_out (line text);
              COPY floor_out FROM PROGRAM 'exec $dir/fwdbench txnfloor $FWD_BROKER esrc.floor esrc.floor.offsets $RATE $SECS >$out 2>$dir/floor.err'" \
         >/dev/null &
@@ -286,38 +291,41 @@ txn_floor() {
     rdk_main "exactly_once floor" $((cpu - cpu0)) $((wall - wall0)) "$nb"
     main_thread "exactly_once floor" $((mcpu - mcpu0)) $((wall - wall0)) "$nb"
 }
+# stat_ticks FILE: user + system CPU ticks in a /proc/.../stat file (0 once
+# the thread is gone); the fields after "(comm) ": state is 1, utime 12,
+# stime 13
+stat_ticks() {
+    local f
+    f=($(sed 's/^.*) //' "$1" 2>/dev/null)) || { echo 0; return; }
+    echo $((f[11] + f[12]))
+}
 # threads_cpu_ms PID COMM: CPU time (user + system, ms) of PID's threads named COMM
 threads_cpu_ms() {
-    local t total=0 f
+    local t total=0
     for t in /proc/"$1"/task/*; do
         [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] || continue
-        # fields after "(comm) ": state is 1, utime 12, stime 13
-        f=($(sed 's/^.*) //' "$t/stat" 2>/dev/null)) || continue
-        total=$((total + f[11] + f[12]))
+        total=$((total + $(stat_ticks "$t/stat")))
     done
     echo $((total * 1000 / CLK_TCK))
 }
 # task_cpu_ms PID TID: CPU time (ms) of thread TID of PID: with TID = PID
 # the main thread, the worker's own (its reads, queueing, delivery reports)
 task_cpu_ms() {
-    local f
-    f=($(sed 's/^.*) //' "/proc/$1/task/$2/stat" 2>/dev/null)) || { echo 0; return; }
-    echo $(( (f[11] + f[12]) * 1000 / CLK_TCK ))
+    echo $(( $(stat_ticks "/proc/$1/task/$2/stat") * 1000 / CLK_TCK ))
 }
 CLK_TCK=$(getconf CLK_TCK)
-# main_thread PHASE CPU_MS WALL_MS BATCHES: the forwarding thread's CPU
-# (the worker's process, or the floor's main thread)
-main_thread() {
-    awk -v p="$1" -v c="$2" -v w="$3" -v b="$4" 'BEGIN {
-        printf "%s forwarding_thread cpu=%dms in %dms (%.0f%% of one core), %.3f ms per batch\n",
-               p, c, w, (w > 0 ? 100 * c / w : 0), (b > 0 ? c / b : 0) }'
+# cpu_line PHASE NAME DECIMALS CPU_MS WALL_MS BATCHES: a CPU figure, as a share
+# of one core and per batch
+cpu_line() {
+    awk -v p="$1" -v n="$2" -v d="$3" -v c="$4" -v w="$5" -v b="$6" 'BEGIN {
+        printf "%s %s cpu=%dms in %dms (%.0f%% of one core), %." d "f ms per batch\n",
+               p, n, c, w, (w > 0 ? 100 * c / w : 0), (b > 0 ? c / b : 0) }'
 }
 # rdk_main PHASE CPU_MS WALL_MS BATCHES: librdkafka's main threads' CPU
-rdk_main() {
-    awk -v p="$1" -v c="$2" -v w="$3" -v b="$4" 'BEGIN {
-        printf "%s librdkafka_main_threads cpu=%dms in %dms (%.0f%% of one core), %.2f ms per batch\n",
-               p, c, w, (w > 0 ? 100 * c / w : 0), (b > 0 ? c / b : 0) }'
-}
+rdk_main() { cpu_line "$1" librdkafka_main_threads 2 "$2" "$3" "$4"; }
+# main_thread PHASE CPU_MS WALL_MS BATCHES: the forwarding thread's CPU
+# (the worker's process, or the floor's main thread)
+main_thread() { cpu_line "$1" forwarding_thread 3 "$2" "$3" "$4"; }
 # pget FILE NAME PCT: percentile PCT (p50, p90, p99) of line NAME in FILE, in ms
 pget() { sed -n "s/.* $2 .* $3=\([0-9.]*\)ms.*/\1/p" "$1" | head -1; }
 
