@@ -210,6 +210,10 @@ SELECT esrc.create_projection('x', 'pj.h2(esrc.event)', start => 'middle');
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.create_projection('x', 'pj.h2(esrc.event)', start => '-1');
 \echo SQLSTATE :SQLSTATE
+-- a start past the end of the log (as for create_subscription)
+SELECT esrc.create_projection('x', 'pj.h2(esrc.event)', ARRAY['rst'],
+                              start => (esrc.safe_position() + 1)::text);
+\echo SQLSTATE :SQLSTATE
 -- a null start is the default, 'beginning' (as for create_subscription)
 SELECT esrc.create_projection('x', 'pj.noop(esrc.event)', ARRAY['none'], start => NULL) > 0 AS created;
 SELECT name FROM esrc.projections ORDER BY name;

@@ -159,3 +159,29 @@ JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name = 'none';
 SELECT count(*) FROM esrc.poll('none', 'm1');
 SELECT c.checkpoint = esrc.safe_position() AS caught_up FROM esrc.subscription_checkpoints c
 JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name = 'none';
+
+-- a checkpoint past the end of the log is refused (22023, nothing
+-- changes): the events appended later, below it, would never be
+-- delivered; the end of the log and below are taken
+SELECT esrc.safe_position() AS end_of_log;
+SELECT esrc.create_subscription('past', start => (esrc.safe_position() + 1)::text);
+\echo SQLSTATE :SQLSTATE
+SELECT esrc.create_subscription('past', ARRAY['order'], start => '1000001');
+\echo SQLSTATE :SQLSTATE
+SELECT count(*) FROM esrc.subscriptions WHERE name = 'past';
+SELECT esrc.create_subscription('past', ARRAY['order'], start => esrc.safe_position()::text);
+SELECT esrc.create_subscription('past_below', start => '3');
+SELECT s.name, c.checkpoint FROM esrc.subscription_checkpoints c
+JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name LIKE 'past%' ORDER BY 1;
+SELECT esrc.reset_subscription('past', 1000001);
+\echo SQLSTATE :SQLSTATE
+SELECT esrc.reset_subscription('past_below', esrc.safe_position() + 1);
+\echo SQLSTATE :SQLSTATE
+SELECT esrc.reset_subscription('past', esrc.safe_position());
+SELECT esrc.reset_subscription('past_below', 2);
+SELECT s.name, c.checkpoint FROM esrc.subscription_checkpoints c
+JOIN esrc.subscriptions s ON s.id = c.subscription_id WHERE s.name LIKE 'past%' ORDER BY 1;
+-- the next event is delivered
+SELECT esrc.append('order-11', 'Placed', '{}');
+SELECT position, stream FROM esrc.poll('past', 'm1');
+SELECT esrc.drop_subscription('past'), esrc.drop_subscription('past_below');

@@ -519,44 +519,63 @@ subscription_horizon(SubDef *def)
 }
 
 /*
+ * Refuse a checkpoint above the horizon (the end of the log as the
+ * subscription reads it): events appended later would take positions
+ * below it, and the subscription would never deliver them.  22023, as
+ * ack's refusal of a position beyond what was delivered.
+ */
+static void
+check_position_in_log(int64 position, int64 horizon, int ncats, const char *hint)
+{
+	if (position <= horizon)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("position " INT64_FORMAT " is beyond the end of the log", position),
+			 ncats > 0 ?
+			 errdetail("The log of the subscription's categories ends at position " INT64_FORMAT " (its commit-safe horizon); the events appended later, below the position, would never be delivered.", horizon) :
+			 errdetail("The log ends at position " INT64_FORMAT " (its commit-safe horizon); the events appended later, below the position, would never be delivered.", horizon),
+			 errhint("%s", hint)));
+}
+
+/*
  * The checkpoint a new subscription of those categories starts from:
- * 'beginning', 'end' (the horizon now) or a position.
+ * 'beginning', 'end' (the horizon now) or a position, which must not be
+ * above the horizon (check_position_in_log).
  */
 int64
 subscription_start_position(const char *start, ArrayType *cats)
 {
 	int64		checkpoint;
+	SubDef		tmp;
+	char	  **cn;
+	int			i;
+	char	   *end;
 
 	if (strcmp(start, "beginning") == 0)
-		checkpoint = 0;
-	else if (strcmp(start, "end") == 0)
-	{
-		SubDef		tmp;
-		char	  **cn = NULL;
-		int			i;
+		return 0;
 
-		memset(&tmp, 0, sizeof(tmp));
-		if (cats != NULL)
-		{
-			cn = text_array_to_cstrings(cats, &tmp.ncats);
-			tmp.cathashes = palloc(sizeof(uint64) * tmp.ncats);
-			for (i = 0; i < tmp.ncats; i++)
-				tmp.cathashes[i] = esrc_category_hash(cn[i], strlen(cn[i]));
-		}
-		checkpoint = subscription_horizon(&tmp);
-	}
-	else
+	/* the horizon of those categories, as subscription_horizon() of it */
+	memset(&tmp, 0, sizeof(tmp));
+	if (cats != NULL)
 	{
-		char	   *end;
-
-		errno = 0;
-		checkpoint = strtoi64(start, &end, 10);
-		if (errno != 0 || end == start || *end != '\0' || checkpoint < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid start \"%s\"", start),
-					 errhint("Use 'beginning', 'end' or a position (a non-negative integer): the subscription then returns the events after it.")));
+		cn = text_array_to_cstrings(cats, &tmp.ncats);
+		tmp.cathashes = palloc(sizeof(uint64) * tmp.ncats);
+		for (i = 0; i < tmp.ncats; i++)
+			tmp.cathashes[i] = esrc_category_hash(cn[i], strlen(cn[i]));
 	}
+	if (strcmp(start, "end") == 0)
+		return subscription_horizon(&tmp);
+
+	errno = 0;
+	checkpoint = strtoi64(start, &end, 10);
+	if (errno != 0 || end == start || *end != '\0' || checkpoint < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid start \"%s\"", start),
+				 errhint("Use 'beginning', 'end' or a position (a non-negative integer): the subscription then returns the events after it.")));
+	check_position_in_log(checkpoint, subscription_horizon(&tmp), tmp.ncats,
+						  "Start at a position at or below the end of the log, or at 'end'.");
 	return checkpoint;
 }
 
@@ -694,7 +713,10 @@ esrc_drop_subscription(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* esrc.reset_subscription(name, position): replay from after position */
+/*
+ * esrc.reset_subscription(name, position): replay from after position, at
+ * most the end of the log
+ */
 Datum
 esrc_reset_subscription(PG_FUNCTION_ARGS)
 {
@@ -722,6 +744,8 @@ esrc_reset_subscription(PG_FUNCTION_ARGS)
 	def = lookup_subscription(name, CurrentMemoryContext, false);
 	check_owner(def);
 	check_not_projection(def);
+	check_position_in_log(position, subscription_horizon(def), def->ncats,
+						  "Reset to a position at or below the end of the log: the events after it are delivered again.");
 	values[0] = Int64GetDatum(def->id);
 	values[1] = Int64GetDatum(position);
 	catalog_run(sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);

@@ -32,8 +32,12 @@
  * Both tables are shared hash tables of a fixed size, which
  * esrc.max_partition_leases sets (each table has that many entries), under
  * one LWLock taken exclusively for a few microseconds per poll or ack.
- * Expired entries are removed when a poll meets them or when a table is
- * full.
+ * Their entries are all allocated at start-up (HASH_FIXED_SIZE) within
+ * what esrc_lease_shmem_size() requests, and enter() never inserts past
+ * the setting: a table that could grow would take the server's spare
+ * shared memory, which the lock table needs, and keep it on its freelist
+ * until a restart.  Expired entries are removed when a poll meets them or
+ * when a table is full; a table full of live entries is 53400.
  *
  *-------------------------------------------------------------------------
  */
@@ -84,11 +88,20 @@ static LWLock *lease_lock = NULL;
 
 #define LEASE_TRANCHE "esrc_subscriptions"
 
+/*
+ * What the two tables take: hash_estimate_size() counts the header, the
+ * directory, the buckets and every entry; ShmemAlloc rounds each of a
+ * table's allocations (header, segments, entries) up to a cache line,
+ * which the margin covers.
+ */
 Size
 esrc_lease_shmem_size(void)
 {
-	return add_size(hash_estimate_size(esrc_max_partition_leases, sizeof(Lease)),
-					hash_estimate_size(esrc_max_partition_leases, sizeof(Member)));
+	Size		margin = mul_size(8, PG_CACHE_LINE_SIZE);
+
+	return add_size(add_size(hash_estimate_size(esrc_max_partition_leases, sizeof(Lease)),
+							 hash_estimate_size(esrc_max_partition_leases, sizeof(Member))),
+					margin);
 }
 
 void
@@ -97,7 +110,10 @@ esrc_lease_shmem_request(void)
 	RequestNamedLWLockTranche(LEASE_TRANCHE, 1);
 }
 
-/* Attach to (or create) the tables; called with AddinShmemInitLock held. */
+/*
+ * Attach to (or create) the tables, every entry allocated now and none
+ * later (HASH_FIXED_SIZE); called with AddinShmemInitLock held.
+ */
 void
 esrc_lease_shmem_init(void)
 {
@@ -108,13 +124,13 @@ esrc_lease_shmem_init(void)
 	info.entrysize = sizeof(Lease);
 	lease_table = ShmemInitHash("esrc partition leases",
 								esrc_max_partition_leases, esrc_max_partition_leases,
-								&info, HASH_ELEM | HASH_BLOBS);
+								&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(MemberKey);
 	info.entrysize = sizeof(Member);
 	member_table = ShmemInitHash("esrc subscription members",
 								 esrc_max_partition_leases, esrc_max_partition_leases,
-								 &info, HASH_ELEM | HASH_BLOBS);
+								 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	lease_lock = &(GetNamedLWLockTranche(LEASE_TRANCHE))->lock;
 }
 
@@ -169,31 +185,43 @@ sweep_expired(TimestampTz now)
 			(void) hash_search(member_table, &m->key, HASH_REMOVE, NULL);
 }
 
+/* A table is full of live entries: release the lock and raise 53400. */
 static void
-table_full(void)
+table_full(HTAB *table)
 {
 	LWLockRelease(lease_lock);
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("too many subscription leases"),
-			 errdetail("All %d entries of the lease table are held by live members.",
-					   esrc_max_partition_leases),
-			 errhint("Raise esrc.max_partition_leases (needs a restart), or use fewer partitions.")));
+			 errdetail("All %d entries of the %s table (esrc.max_partition_leases) are held by live members.",
+					   esrc_max_partition_leases,
+					   table == lease_table ? "partition lease" : "member"),
+			 errhint("Raise esrc.max_partition_leases (needs a restart), or use fewer partitions or members.")));
 }
 
-/* Enter a key, sweeping expired entries once if the table is full. */
+/*
+ * Enter a key, sweeping expired entries once if the table is full; 53400
+ * (table_full) if it stays full.  A new key is refused at the setting's
+ * count before hash_search() sees it: an insert into a full table would
+ * first try to split a bucket, which can allocate a segment of buckets
+ * outside the tables' share of shared memory.
+ */
 static void *
 enter(HTAB *table, const void *key, TimestampTz now, bool *found)
 {
-	void	   *entry = hash_search(table, key, HASH_ENTER_NULL, found);
+	void	   *entry = hash_search(table, key, HASH_FIND, found);
 
-	if (entry == NULL)
+	if (entry != NULL)
+		return entry;
+	if (hash_get_num_entries(table) >= esrc_max_partition_leases)
 	{
 		sweep_expired(now);
-		entry = hash_search(table, key, HASH_ENTER_NULL, found);
-		if (entry == NULL)
-			table_full();
+		if (hash_get_num_entries(table) >= esrc_max_partition_leases)
+			table_full(table);
 	}
+	entry = hash_search(table, key, HASH_ENTER_NULL, found);
+	if (entry == NULL)
+		table_full(table);		/* not reached: every entry was preallocated */
 	return entry;
 }
 
