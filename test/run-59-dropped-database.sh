@@ -15,9 +15,10 @@
 #   2. gone created again with esrc and a projection: the launchers start
 #      its workers again (a name that comes back is not forgotten).
 #   3. esrc.databases = '*', reload: gone dropped again, same checks.
-# Today's code (before the fix) started a projection worker for the dropped
+# Before the fix the projection launcher started a worker for the dropped
 # database after 1, 3, 7, 15, 31 ... s for the life of the server, each
-# dying with that FATAL.
+# dying with that FATAL (and the forwarders' launcher until its next scan):
+# step 1 failed with 6 such lines in 12 s.
 #
 #   ESRC_DROP_WINDOW (default 12)  seconds watched after each drop
 set -euo pipefail
