@@ -143,6 +143,14 @@ struct BackgroundWorkerHandle;
 extern bool esrc_launched_worker_stopped(struct BackgroundWorkerHandle *handle,
 										 pid_t slot_pid);
 extern int	esrc_restart_delay(int *failures);
+/* projlauncher.c, for both launchers: may a worker start in a database now? */
+typedef enum EsrcDbAvailability
+{
+	ESRC_DB_AVAILABLE,			/* it exists and accepts connections */
+	ESRC_DB_BUSY,				/* DROP/ALTER DATABASE holds it: ask again later */
+	ESRC_DB_GONE				/* dropped, or no longer accepts connections */
+} EsrcDbAvailability;
+extern EsrcDbAvailability esrc_database_availability(Oid dbid);
 /* fwdconf.c: what an append may hold when this database is forwarded */
 extern Size esrc_forwarder_event_limit(void);
 extern void esrc_forwarder_refuse_size(int index, Size limit);

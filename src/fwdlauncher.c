@@ -13,7 +13,8 @@
  * in each, and a worker that finds no esrc leaves at once, marking its
  * slot idle_exit; that database is asked again after PROBE_INTERVAL_MS.
  * A listed database that does not exist gets no worker (its row in
- * esrc.forwarder_status says so, fwdstatus.c); the catalog is read again
+ * esrc.forwarder_status says so, fwdstatus.c), nor one that is dropped:
+ * each start checks first (still_there); the catalog is read again
  * at each reload and every SCAN_INTERVAL_MS, so a database created later
  * is noticed within that time.  With no brokers no worker runs.
  *
@@ -342,6 +343,42 @@ start_worker(FwdDb *db)
 	return true;
 }
 
+/*
+ * Before a start: is db still there?  The catalog scan that made it wanted
+ * may be up to SCAN_INTERVAL_MS old, and DROP DATABASE ... WITH (FORCE)
+ * stops its worker, which would be started again in a database that no
+ * longer exists (esrc_database_availability).  A dropped database is
+ * forgotten until a scan finds it again (listed by name, it may be created
+ * again: it then gets a worker within SCAN_INTERVAL_MS, and meanwhile its
+ * row in esrc.forwarder_status says "no database"), and said once; one
+ * that a DROP DATABASE holds is asked again after ESRC_RESTART_DELAY_MS.
+ */
+static bool
+still_there(FwdDb *db, TimestampTz now)
+{
+	switch (esrc_database_availability(db->dbid))
+	{
+		case ESRC_DB_AVAILABLE:
+			return true;
+		case ESRC_DB_BUSY:
+			db->restart_at = TimestampTzPlusMilliseconds(now, ESRC_RESTART_DELAY_MS);
+			return false;
+		case ESRC_DB_GONE:
+			break;
+	}
+	ereport(LOG,
+			(errmsg("esrc forwarder launcher: database \"%s\" no longer exists, its forwarder is not started again",
+					db->name),
+			 errdetail("A database of that name is forwarded again if it is created and listed in esrc.databases, or esrc.databases is '*' and it has esrc.")));
+	db->dbid = InvalidOid;
+	db->present = false;
+	db->wanted = false;
+	db->failures = 0;
+	db->restart_at = 0;
+	db->probe_at = 0;
+	return false;
+}
+
 /* Start the workers wanted; the time to look again (-1 = no need). */
 static long
 start_wanted(TimestampTz now)
@@ -361,6 +398,12 @@ start_wanted(TimestampTz now)
 			long		ms = (long) ((db->restart_at - now) / 1000) + 1;
 
 			timeout = timeout < 0 ? ms : Min(timeout, ms);
+			continue;
+		}
+		if (!still_there(db, now))
+		{
+			if (db->wanted)		/* busy: being dropped, say */
+				timeout = timeout < 0 ? ESRC_RESTART_DELAY_MS : Min(timeout, ESRC_RESTART_DELAY_MS);
 			continue;
 		}
 		if (!start_worker(db))

@@ -60,6 +60,13 @@ int			esrc_projection_retry_delay_ms = 1000;
 int			esrc_projection_retry_max_delay_ms = 60000;
 int			esrc_projection_batch_delay_ms = 2;
 
+/*
+ * The projection whose handler this backend (a projection worker) is
+ * calling, 0 when none: set around the calls by projworker.c.  A handler
+ * may not drop or reset its own projection (refuse_own_projection).
+ */
+int64		esrc_running_projection = 0;
+
 PG_FUNCTION_INFO_V1(esrc_create_projection);
 PG_FUNCTION_INFO_V1(esrc_drop_projection);
 PG_FUNCTION_INFO_V1(esrc_projection_pause);
@@ -325,6 +332,26 @@ lookup_projection(const char *name)
 }
 
 /*
+ * A handler that drops or resets its own projection would delete or move
+ * the checkpoints that the worker's batch moves at its end: the batch
+ * would fail there, outside the handler, and run again for ever.  Refused,
+ * so that it is a failure of the handler at that event (counted, blocked,
+ * skippable).  Another projection's handler may.
+ */
+static void
+refuse_own_projection(ProjDef *def, const char *what)
+{
+	if (esrc_running_projection != def->id)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_IN_USE),
+			 errmsg("cannot %s projection \"%s\" from its own handler", what, def->name),
+			 errdetail("The projection's worker is applying a batch of it, and moves its checkpoints when the handler returns."),
+			 errhint("Call esrc.%s_projection from a session; the handler may call esrc.projection_pause.",
+					 what)));
+}
+
+/*
  * esrc.create_projection(name, handler, categories, partitions,
  * batch_size, start, reset_function)
  */
@@ -429,6 +456,7 @@ esrc_drop_projection(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	def = lookup_projection(name);
+	refuse_own_projection(def, "drop");
 	values[0] = Int64GetDatum(def->id);
 	catalog_run(drop_sql, 1, argtypes, values, NULL, SPI_OK_DELETE);
 	values[0] = Int64GetDatum(def->subscription_id);
@@ -597,6 +625,7 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	def = lookup_projection(name);
+	refuse_own_projection(def, "reset");
 	if (def->reset_function != NULL)
 	{
 		Oid			funcoid = esrc_lookup_function(def->reset_function);

@@ -39,6 +39,8 @@ extern void esrc_projection_worker_exit_idle(uint64 checked_seq);	/* does not re
 extern PGDLLEXPORT void esrc_projection_worker_main(Datum arg);
 
 /* projection.c */
+/* the projection whose handler this backend is calling (projworker.c), 0 = none */
+extern int64 esrc_running_projection;
 extern void esrc_projection_init(void);
 extern const char *esrc_handler_problem(Oid funcoid, bool reset);
 extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);

@@ -23,7 +23,10 @@
  * the other functions that give workers something to do).  A worker that
  * exits otherwise (an error, SIGTERM) is started again after a second; a
  * crash of any backend restarts the whole cluster, the launcher with it,
- * and it asks every database again.
+ * and it asks every database again.  Before it starts a worker the
+ * launcher checks that the database is still there
+ * (esrc_database_availability): one dropped, say by DROP DATABASE ...
+ * WITH (FORCE), is forgotten instead of being tried for ever.
  *
  * Lost wake-ups: a worker that decides to exit idle records the wake-up
  * sequence number it read before it looked for projections; the launcher
@@ -52,6 +55,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -263,6 +267,7 @@ typedef struct DbState
 	uint64		last_wake;		/* seq of the last wake-up seen for it */
 	int			failures;		/* workers that stopped on an error in a row */
 	TimestampTz restart_at;		/* no start before this */
+	bool		gone;			/* dropped: no worker until a wake-up */
 } DbState;
 
 static DbState *dbs = NULL;
@@ -289,6 +294,14 @@ db_state(Oid dbid)
 	return &dbs[ndbs++];
 }
 
+/* May workers connect to this database (not a template, not invalid)? */
+static bool
+accepts_workers(Form_pg_database db)
+{
+	/* -2: a database left invalid by an interrupted DROP DATABASE (16+) */
+	return db->datallowconn && !db->datistemplate && db->datconnlimit != -2;
+}
+
 /*
  * Call fn for every database that accepts connections (not a template,
  * not left invalid by an interrupted DROP DATABASE), in a transaction of
@@ -311,15 +324,66 @@ esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg), void *ar
 	{
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
 
-		/* -2: a database left invalid by an interrupted DROP DATABASE (16+) */
-		if (!db->datallowconn || db->datistemplate || db->datconnlimit == -2)
-			continue;
-		fn(db->oid, NameStr(db->datname), arg);
+		if (accepts_workers(db))
+			fn(db->oid, NameStr(db->datname), arg);
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+}
+
+/*
+ * For both launchers, before they start a worker in database dbid: is it
+ * still there?  A worker started in a dropped database dies at once with
+ * "FATAL: database ... does not exist", and one stopped by DROP DATABASE
+ * ... WITH (FORCE) would be started again for ever; so each start asks.
+ *
+ * DROP DATABASE holds an AccessExclusiveLock on the database from before
+ * it terminates the database's backends until it commits, and a backend
+ * connecting waits for that lock (postinit.c).  So a launcher that cannot
+ * have the lock at once does not start the worker now (ESRC_DB_BUSY: the
+ * caller asks again after a delay): started, it would wait for the drop
+ * and die.  With the lock, the catalog row read under a snapshot taken
+ * after it is the truth: no row, or a database that takes no connections,
+ * is ESRC_DB_GONE.  Runs a transaction of its own; the caller is a
+ * background worker connected to no database.
+ */
+EsrcDbAvailability
+esrc_database_availability(Oid dbid)
+{
+	EsrcDbAvailability result = ESRC_DB_GONE;
+	LOCKTAG		tag;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, dbid, 0);
+	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		CommitTransactionCommand();
+		return ESRC_DB_BUSY;
+	}
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		if (db->oid == dbid)
+		{
+			result = accepts_workers(db) ? ESRC_DB_AVAILABLE : ESRC_DB_GONE;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();	/* releases the lock */
+	return result;
 }
 
 /*
@@ -359,7 +423,10 @@ esrc_restart_delay(int *failures)
 static void
 make_active(Oid dbid, const char *name, void *arg)
 {
-	db_state(dbid)->active = true;
+	DbState    *db = db_state(dbid);
+
+	db->active = true;
+	db->gone = false;
 }
 
 /* Every database that accepts connections becomes active (to be asked). */
@@ -391,6 +458,7 @@ take_requests(void)
 		DbState    *db = db_state(reqs[i].dbid);
 
 		db->active = true;
+		db->gone = false;
 		db->last_wake = Max(db->last_wake, reqs[i].seq);
 		db->failures = 0;
 		db->restart_at = 0;
@@ -425,7 +493,7 @@ reap_workers(TimestampTz now)
 		if (handles[i] != NULL)
 			pfree(handles[i]);
 		handles[i] = NULL;
-		if (idle && db->last_wake <= checked)
+		if (db->gone || (idle && db->last_wake <= checked))
 			db->active = false;
 		else if (!idle)
 		{
@@ -438,7 +506,28 @@ reap_workers(TimestampTz now)
 	}
 }
 
-/* Start the workers an active database lacks; false if one could not start. */
+/*
+ * A database the launcher was about to start workers in is gone (dropped,
+ * say by DROP DATABASE ... WITH (FORCE), which stopped its workers): it
+ * gets none until a session of a database with that oid wakes it, or the
+ * launcher asks every database again.  Said once.
+ */
+static void
+forget_database(DbState *db)
+{
+	db->active = false;
+	db->gone = true;
+	db->failures = 0;
+	db->restart_at = 0;
+	ereport(LOG,
+			(errmsg("esrc projection launcher: database %u no longer exists, its projection workers are not started again",
+					db->dbid)));
+}
+
+/*
+ * Start the workers an active database lacks; false if one could not start
+ * (or the database is busy being dropped): the caller tries again later.
+ */
 static bool
 start_workers(DbState *db)
 {
@@ -447,12 +536,30 @@ start_workers(DbState *db)
 	int			number;
 	int			i;
 	bool		ok = true;
+	bool		lacking = false;
 
 	for (i = 0; i < proj_shared->nslots; i++)
 		if (proj_shared->slots[i].in_use && proj_shared->slots[i].dbid == db->dbid &&
 			proj_shared->slots[i].number <= nworkers)
 			running[proj_shared->slots[i].number] = true;
-	for (number = 1; number <= nworkers && ok; number++)
+	for (number = 1; number <= nworkers; number++)
+		lacking = lacking || !running[number];
+	if (lacking)
+	{
+		switch (esrc_database_availability(db->dbid))
+		{
+			case ESRC_DB_AVAILABLE:
+				break;
+			case ESRC_DB_BUSY:
+				ok = false;
+				break;
+			case ESRC_DB_GONE:
+				forget_database(db);
+				lacking = false;
+				break;
+		}
+	}
+	for (number = 1; number <= nworkers && ok && lacking; number++)
 	{
 		BackgroundWorker worker;
 		int			slot = -1;

@@ -29,7 +29,12 @@
  * failures the partition is blocked until esrc.projection_skip,
  * esrc.projection_resume or a change of any function (a pg_proc
  * invalidation: the handler may have been fixed) retries it.  The other
- * partitions go on.
+ * partitions go on.  A batch that fails outside the handler (at commit: a
+ * deferred constraint of a table the handler wrote; in the checkpoint
+ * write) is rolled back and counts the same way (batch_failed), but for a
+ * deadlock or serialization failure (a reset or drop that came first, a
+ * lease lost), which runs it again.  A handler may not drop or reset its
+ * own projection (esrc_running_projection, projection.c).
  *
  * After a round that applied events, the worker waits
  * esrc.projection_batch_delay before the next, so that under load events
@@ -114,7 +119,34 @@ typedef struct Failures
 	char	  **error;
 } Failures;
 
+/*
+ * The batch in progress, for a failure outside its handler (batch_failed):
+ * how many events it took, its first one, the last position it covers.
+ */
+typedef struct BatchAt
+{
+	int			nevents;		/* 0: none taken yet */
+	int64		position;
+	int32		partition;
+	int64		covered;
+} BatchAt;
+
+/*
+ * Projections whose batches take one event at a time up to a position,
+ * after a batch of several failed outside the handler: the first of them
+ * that fails is the event that failed it.  Per worker; forgotten at exit.
+ */
+#define MAX_NARROWED	16
+
+typedef struct Narrowed
+{
+	int64		id;				/* the projection, 0 = free */
+	int64		until;
+} Narrowed;
+
 static char member[ESRC_MAX_MEMBER_NAME + 1];
+static BatchAt batch_at;
+static Narrowed narrowed[MAX_NARROWED];
 static bool handlers_changed = false;
 static EsrcSubKey *held_keys = NULL;	/* subscriptions we may hold leases of */
 static int	nheld_keys = 0;
@@ -396,9 +428,13 @@ read_failures(Proj *pj, int np, Failures *f)
 	SPI_freetuptable(SPI_tuptable);
 }
 
-/* The failure of partition p at position: attempts so far, the error. */
+/*
+ * The failure of partition p at position: attempts so far, the error;
+ * outside: it came from outside the handler (batch_failed).
+ */
 static void
-record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata)
+record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata,
+			   bool outside)
 {
 	static const char *sql =
 		"UPDATE esrc.projection_partitions SET attempts = $3, failed_position = $4, "
@@ -425,8 +461,9 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 	values[7] = Float8GetDatum(delay / 1000.0);
 	catalog_run(sql, 8, argtypes, values, NULL, SPI_OK_UPDATE);
 	ereport(LOG,
-			(errmsg("projection \"%s\": handler failed at position " INT64_FORMAT " (partition %d, attempt %d)%s: %s",
-					pj->name, position, p, attempts,
+			(errmsg("projection \"%s\": %s at position " INT64_FORMAT " (partition %d, attempt %d)%s: %s",
+					pj->name, outside ? "batch failed outside the handler" : "handler failed",
+					position, p, attempts,
 					blocked ? ", partition blocked" : "",
 					edata->message ? edata->message : "")));
 }
@@ -514,6 +551,7 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 	tuplestore_rescan(ts);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
+	esrc_running_projection = pj->id;
 	PG_TRY();
 	{
 		if (!OidIsValid(pj->handler))
@@ -582,6 +620,7 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 		ok = false;
 	}
 	PG_END_TRY();
+	esrc_running_projection = 0;
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
 	MemoryContextDelete(evcxt);
@@ -593,6 +632,61 @@ static Tuplestorestate *
 new_store(void)
 {
 	return tuplestore_begin_heap(true, false, work_mem);
+}
+
+/* The position up to which projection id takes one event a batch; 0: none. */
+static int64
+narrowed_until(int64 id)
+{
+	int			i;
+
+	for (i = 0; i < MAX_NARROWED; i++)
+		if (narrowed[i].id == id)
+			return narrowed[i].until;
+	return 0;
+}
+
+/* Projection id takes one event a batch up to until (0: no longer). */
+static void
+set_narrowed(int64 id, int64 until)
+{
+	int			i;
+	int			free_slot = -1;
+
+	for (i = 0; i < MAX_NARROWED; i++)
+	{
+		if (narrowed[i].id == id)
+			break;
+		if (narrowed[i].id == 0 && free_slot < 0)
+			free_slot = i;
+	}
+	if (i == MAX_NARROWED)
+	{
+		if (until == 0)
+			return;
+		/* full: another projection's search starts over at its next failure */
+		i = free_slot >= 0 ? free_slot : (int) (id % MAX_NARROWED);
+	}
+	narrowed[i].id = until == 0 ? 0 : id;
+	narrowed[i].until = until;
+}
+
+/* Note the batch just fetched into ts (n events, up to covered). */
+static void
+note_batch(Tuplestorestate *ts, TupleTableSlot *slot, SubDef *def, int n, int64 covered)
+{
+	text	   *stream;
+	bool		isnull;
+
+	tuplestore_rescan(ts);
+	if (!tuplestore_gettupleslot(ts, true, false, slot))
+		return;
+	batch_at.position = DatumGetInt64(slot_getattr(slot, Anum_events_position, &isnull));
+	stream = DatumGetTextPP(slot_getattr(slot, Anum_events_stream, &isnull));
+	batch_at.partition = stream_partition(VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream),
+										  def->npartitions);
+	batch_at.covered = covered;
+	batch_at.nevents = n;
 }
 
 /*
@@ -622,6 +716,10 @@ retry_partition(Proj *pj, SubDef *def, Failures *f, int32 p, TupleDesc desc,
 		clear_failure(pj, p);
 		return true;
 	}
+	batch_at.nevents = 1;
+	batch_at.position = pos;
+	batch_at.partition = p;
+	batch_at.covered = pos;
 	a.counts = palloc0(sizeof(int64) * def->npartitions);
 	if (apply_events(pj, def, ts, slot, 1, false, &a))
 	{
@@ -630,7 +728,7 @@ retry_partition(Proj *pj, SubDef *def, Failures *f, int32 p, TupleDesc desc,
 		clear_failure(pj, p);
 	}
 	else
-		record_failure(pj, p, pos, f->attempts[p] + 1, a.error);
+		record_failure(pj, p, pos, f->attempts[p] + 1, a.error, false);
 	return true;
 }
 
@@ -649,10 +747,12 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	EsrcSubBatch b;
 	Applied		a;
 	TimestampTz now = GetCurrentTimestamp();
+	int64		until = narrowed_until(pj->id);
 	int			np;
 	int			p;
 	int			limit;
 
+	memset(&batch_at, 0, sizeof(batch_at));
 	begin_xact();
 	def = esrc_sub_lookup_id(pj->subid, CurrentMemoryContext);
 	if (def == NULL)
@@ -683,7 +783,11 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	}
 
 	ts = new_store();
-	esrc_sub_fetch(def, member, skip, pj->batch_size, ts, desc, &b);
+	esrc_sub_fetch(def, member, skip, until > 0 ? 1 : pj->batch_size, ts, desc, &b);
+	if (b.n > 0)
+		note_batch(ts, slot, def, b.n, b.covered);
+	if (until > 0 && (b.n == 0 || batch_at.position > until))
+		set_narrowed(pj->id, 0);	/* past the batch that failed */
 	if (b.n == 0)
 	{
 		/* moved past events of partitions not ours, or of none */
@@ -738,7 +842,7 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 		}
 		esrc_sub_advance(def, member, &b, b.fetched, fpos - 1);
 		add_applied(pj, np, a.counts);
-		record_failure(pj, fpart, fpos, 1, fedata);
+		record_failure(pj, fpart, fpos, 1, fedata, false);
 		end_xact();
 		return Max(limit, 1);
 	}
@@ -758,14 +862,67 @@ unblock_all(void)
 }
 
 /*
- * run_batch, where an error outside the handler (the checkpoint fence of
- * a reset or drop that came first, a lock timeout, ...) rolls back the
- * batch and moves on to the next projection: -1.
+ * The batch of pj that batch_at describes failed outside its handler and
+ * was rolled back.  A deadlock or serialization failure (the checkpoint
+ * fence of a reset or drop that came first, a lease lost) is only logged:
+ * the batch runs again.  Any other error (a deferred constraint of a table
+ * the handler wrote, at commit; a lock timeout; ...) fails an event like a
+ * handler's error, or the batch would run again for ever, unseen: with one
+ * event (a retry, a batch of one) it is recorded against it, in a
+ * transaction of its own (attempts, last_error, blocked after
+ * esrc.projection_max_attempts, skippable).  With several, which one
+ * failed is not known: the projection's next batches take one event at a
+ * time up to the last position of this one, and the first that fails is
+ * recorded.  An error before any event was taken is only logged.
+ */
+static void
+batch_failed(Proj *pj, ErrorData *edata)
+{
+	static const char *sql =
+		"SELECT attempts FROM esrc.projection_partitions "
+		"WHERE projection_id OPERATOR(pg_catalog.=) $1 AND partition OPERATOR(pg_catalog.=) $2 "
+		"AND failed_position OPERATOR(pg_catalog.=) $3";
+	Oid			argtypes[3] = {INT8OID, INT4OID, INT8OID};
+	Datum		values[3];
+	int			attempts = 1;
+	bool		isnull;
+
+	if (edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED || batch_at.nevents == 0)
+	{
+		ereport(edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? LOG : WARNING,
+				(errmsg("projection \"%s\": batch rolled back: %s", pj->name, edata->message)));
+		return;
+	}
+	if (batch_at.nevents > 1)
+	{
+		set_narrowed(pj->id, batch_at.covered);
+		ereport(WARNING,
+				(errmsg("projection \"%s\": batch rolled back: %s", pj->name, edata->message),
+				 errdetail("Its events are applied again one at a time, to find the one that fails.")));
+		return;
+	}
+	begin_xact();
+	values[0] = Int64GetDatum(pj->id);
+	values[1] = Int32GetDatum(batch_at.partition);
+	values[2] = Int64GetDatum(batch_at.position);
+	catalog_run(sql, 3, argtypes, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		attempts += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	record_failure(pj, batch_at.partition, batch_at.position, attempts, edata, true);
+	end_xact();
+}
+
+/*
+ * run_batch, where an error outside the handler rolls back the batch,
+ * is counted (batch_failed), and the worker moves on to the next
+ * projection: -1.
  */
 static int
 run_batch_safely(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retry)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	ErrorData  *volatile edata = NULL;
 	volatile int n = 0;
 
 	PG_TRY();
@@ -774,19 +931,19 @@ run_batch_safely(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *ne
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
 		MemoryContextSwitchTo(cxt);
-		ereport(edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ? LOG : WARNING,
-				(errmsg("projection \"%s\": batch rolled back: %s", pj->name, edata->message)));
-		FreeErrorData(edata);
 		n = -1;
 	}
 	PG_END_TRY();
+	if (edata != NULL)
+	{
+		batch_failed(pj, edata);
+		FreeErrorData(edata);
+	}
 	return n;
 }
 
@@ -942,6 +1099,7 @@ esrc_projection_worker_main(Datum arg)
 	{
 		error_context_stack = NULL;
 		HOLD_INTERRUPTS();
+		esrc_running_projection = 0;
 		EmitErrorReport();
 		AbortOutOfAnyTransaction();
 		FlushErrorState();

@@ -21,6 +21,19 @@
 #     retries it at once: moves on, no skip.
 #   steady: projection_pause: state 'paused', takes nothing while the
 #     others catch up with a new round; projection_resume: catches up.
+#   walled (issue 24): a trigger on esrc.subscription_checkpoints refuses
+#     to move its checkpoint past acct-21 version 2, so that batch fails
+#     outside the handler: the partition goes 'retrying' (attempts 1, 2, 3
+#     at that event), then 'blocked' at it with that error (55000), the
+#     events before it applied; with the trigger's row gone,
+#     projection_skip moves it on.  (Before, the batch was rolled back and
+#     run again for ever: state 'waiting', attempts 0, no error shown.)
+#   selfdrop, selfreset (issue 24): a handler that drops or resets its own
+#     projection at one event is refused (55006), a handler failure: the
+#     projection stays, its partition blocks there, projection_skip moves
+#     it on.  (Before, the drop or reset went through and broke the
+#     batch's checkpoint write: rolled back and tried again for ever, with
+#     attempts 0 and no error shown.)
 # Appends go on throughout (a pgbench client on another category).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -69,7 +82,7 @@ caught_up() {   # every partition of $1, or those but $2
     >"$dir/pgbench.log" 2>&1 &
 writers=$!
 
-for p in "fragile 4" "fixable 4" "stubborn 2" "steady 1"; do
+for p in "fragile 4" "fixable 4" "stubborn 2" "steady 1" "walled 2" "selfdrop 2" "selfreset 2"; do
     set -- $p
     q -c "SELECT esrc.create_projection('$1', 'fail.$1(esrc.event)', ARRAY['acct'], partitions => $2, batch_size => 50)" >/dev/null
 done
@@ -138,6 +151,46 @@ for stmt in "UPDATE esrc.projection_skips SET reason = 'x'" "DELETE FROM esrc.pr
     st=$(sqlstate_of "$stmt")
     [ -n "$st" ] && [ "$st" != P0001 ] || die "esrc.projection_skips allowed: $stmt"
     log "ok: refused ($st): $stmt"
+done
+
+# walled: a failure outside the handler (the checkpoint write) counts like
+# a handler's.  Before fixable's fix below: that change of a function has
+# every blocked partition try once more (attempts 5)
+pw=$(q -c "SELECT esrc.stream_partition('acct-21', 2)")
+bw=$(q -c "SELECT position FROM esrc.events WHERE stream = 'acct-21' AND version = 2")
+wait_for "walled partition $pw blocked at acct-21 version 2" \
+    "$(state_of walled $pw state) = 'blocked' AND $(state_of walled $pw blocked_position) = $bw"
+check "after 4 attempts, with the checkpoint write's error and SQLSTATE (55000)" \
+    "$(state_of walled $pw attempts) = 4 AND $(state_of walled $pw last_error_sqlstate) = '55000'
+     AND $(state_of walled $pw last_error) = 'checkpoint of walled partition $pw may not pass a wall'"
+check "it was retrying before (attempts 1, 2, 3 seen, each at that event)" \
+    "(SELECT array_agg(DISTINCT attempts ORDER BY attempts) FROM fail.samples
+      WHERE projection = 'walled' AND partition = $pw AND state = 'retrying' AND blocked_position = $bw) = '{1,2,3}'"
+wait_for "walled's other partition caught up" "$(caught_up walled $pw)"
+check "walled applied exactly the events before it in its partition, and all of the other's" \
+    "fail.seen_ok('walled', 2, $pw, $bw, NULL)"
+q -c "DELETE FROM fail.walls"
+q -c "SELECT esrc.projection_skip('walled', $bw, 'its checkpoint was walled')" >/dev/null
+wait_for "walled caught up after the skip" "$(caught_up walled)"
+check "walled: every event but the skipped one applied once" "fail.seen_ok('walled', 2, NULL, NULL, $bw)"
+
+# selfdrop, selfreset: a handler may not drop or reset its own projection
+for p in "selfdrop acct-5 drop" "selfreset acct-6 reset"; do
+    set -- $p
+    pp=$(q -c "SELECT esrc.stream_partition('$2', 2)")
+    bpp=$(q -c "SELECT position FROM esrc.events WHERE stream = '$2' AND version = 2")
+    wait_for "$1 partition $pp blocked at $2 version 2" \
+        "$(state_of $1 $pp state) = 'blocked' AND $(state_of $1 $pp blocked_position) = $bpp"
+    check "$1: refused (55006) 4 times, the projection is still there" \
+        "$(state_of $1 $pp attempts) = 4 AND $(state_of $1 $pp last_error_sqlstate) = '55006'
+         AND $(state_of $1 $pp last_error) = 'cannot $3 projection \"$1\" from its own handler'
+         AND EXISTS (SELECT FROM esrc.projections WHERE name = '$1')"
+    wait_for "$1's other partition caught up" "$(caught_up $1 $pp)"
+    check "$1 applied exactly the events before it in its partition, and all of the other's" \
+        "fail.seen_ok('$1', 2, $pp, $bpp, NULL)"
+    q -c "SELECT esrc.projection_skip('$1', $bpp, 'the handler $3s its own projection')" >/dev/null
+    wait_for "$1 caught up after the skip" "$(caught_up $1)"
+    check "$1: every event but the skipped one applied once" "fail.seen_ok('$1', 2, NULL, NULL, $bpp)"
 done
 
 # stubborn: blocked because of data; the data fixed it stays blocked;

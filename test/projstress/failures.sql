@@ -8,6 +8,17 @@
 --             fail.poison: blocked there, moved on by projection_resume
 --             once the row is gone
 --   steady    1 partition, never fails: paused and resumed
+--   selfdrop  2 partitions; its handler calls esrc.drop_projection of its
+--             own projection at acct-5 version 2: refused (55006), a
+--             handler failure; blocked there, moved on by projection_skip
+--   selfreset 2 partitions; the same with esrc.reset_projection at acct-6
+--             version 2
+--   walled    2 partitions, never fails; but a trigger on
+--             esrc.subscription_checkpoints refuses to move its checkpoint
+--             past acct-21 version 2 while that event is in fail.walls:
+--             the batch fails outside the handler; counted and blocked
+--             there like a handler's failure, moved on by projection_skip
+--             once the row is gone
 -- Each handler records every event it applies in fail.seen (no key: an
 -- event applied twice shows as two rows).
 CREATE EXTENSION esrc;
@@ -51,6 +62,44 @@ BEGIN
     INSERT INTO fail.seen VALUES ('steady', e.position, e.stream, e.version);
 END
 $$;
+
+CREATE FUNCTION fail.selfdrop(e esrc.event) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF e.stream = 'acct-5' AND e.version = 2 THEN
+        PERFORM esrc.drop_projection('selfdrop');
+    END IF;
+    INSERT INTO fail.seen VALUES ('selfdrop', e.position, e.stream, e.version);
+END
+$$;
+CREATE FUNCTION fail.selfreset(e esrc.event) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF e.stream = 'acct-6' AND e.version = 2 THEN
+        PERFORM esrc.reset_projection('selfreset');
+    END IF;
+    INSERT INTO fail.seen VALUES ('selfreset', e.position, e.stream, e.version);
+END
+$$;
+CREATE FUNCTION fail.walled(e esrc.event) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fail.seen VALUES ('walled', e.position, e.stream, e.version);
+END
+$$;
+CREATE TABLE fail.walls (stream text, version bigint);
+INSERT INTO fail.walls VALUES ('acct-21', 2);
+CREATE FUNCTION fail.wall() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.subscription_id = (SELECT subscription_id FROM esrc.projections WHERE name = 'walled')
+       AND EXISTS (SELECT FROM fail.walls w JOIN esrc.events e ON e.stream = w.stream AND e.version = w.version
+                   WHERE esrc.stream_partition(e.stream, 2) = NEW.partition
+                     AND e.position > OLD.checkpoint AND e.position <= NEW.checkpoint) THEN
+        RAISE EXCEPTION 'checkpoint of walled partition % may not pass a wall', NEW.partition
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER wall BEFORE UPDATE ON esrc.subscription_checkpoints
+    FOR EACH ROW EXECUTE FUNCTION fail.wall();
 
 -- one round of appends: version v of acct-1 .. acct-40, one transaction
 CREATE PROCEDURE fail.append_round() LANGUAGE plpgsql AS $$
