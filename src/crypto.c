@@ -163,6 +163,8 @@ subject_key(const char *subject, SubjectKey *out)
 
 	if (!key_lookup(false, subj, GetActiveSnapshot(), out))
 	{
+		/* the first encryption of a subject writes its key */
+		PreventCommandIfReadOnly("esrc.encrypt()");
 		key = palloc(VARHDRSZ + KEY_LEN);
 		SET_VARSIZE(key, VARHDRSZ + KEY_LEN);
 		if (!pg_strong_random(VARDATA(key), KEY_LEN))
