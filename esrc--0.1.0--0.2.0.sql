@@ -769,6 +769,40 @@ GRANT EXECUTE ON FUNCTION esrc.forwarder_worker_status() TO esrc_reader;
 COMMENT ON FUNCTION esrc.forwarder_pause() IS
     'Stop forwarding (every database''s forwarder) after the batch in hand, until esrc.forwarder_resume() or a server restart; appends are not affected.';
 
+-- esrc.forwarder_skip names itself in a read-only transaction (25006)
+-- instead of failing at its INSERT.
+CREATE OR REPLACE FUNCTION esrc.forwarder_skip(event_position bigint, reason text DEFAULT NULL)
+RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $skip$
+DECLARE
+    v_stream text;
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute esrc.forwarder_skip() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    IF forwarder_skip.event_position IS NULL THEN
+        RAISE EXCEPTION 'event_position must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT e.stream INTO v_stream
+      FROM esrc.events e WHERE e.position = forwarder_skip.event_position;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'there is no event at position %', forwarder_skip.event_position
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF forwarder_skip.event_position <= (SELECT fs.position FROM esrc.forwarder_state fs) THEN
+        RAISE EXCEPTION 'the event at position % has already been forwarded', forwarder_skip.event_position
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    INSERT INTO esrc.forwarder_skips (position, stream, reason)
+    VALUES (forwarder_skip.event_position, v_stream, forwarder_skip.reason)
+    ON CONFLICT ON CONSTRAINT forwarder_skips_pkey DO NOTHING;
+END
+$skip$;
+
 -- esrc.erasures records the scavenger's slices too (what = 'scavenge',
 -- no stream).
 ALTER TABLE esrc.erasures ALTER COLUMN stream DROP NOT NULL;

@@ -22,7 +22,8 @@
 -- the client must retry the whole transaction.
 --
 -- Run after CREATE EXTENSION esrc:  psql -f examples/security_service.sql
--- Then, as a role in esrc_writer:
+-- Then, as a role in esrc_writer and esrc_reader (esrc.load reads the
+-- snapshot table, which esrc_reader may read):
 --     SELECT security.register_user('alex@example.com', 'Alex');
 --     SELECT security.change_user_name('alex@example.com', 'Alex1');
 --     SELECT * FROM esrc.load('security.users', 'user-alex@example.com');

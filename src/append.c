@@ -66,6 +66,7 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -809,9 +810,11 @@ esrc_append_system_event(const char *stream, const char *type, Jsonb *data)
 Datum
 esrc_append(PG_FUNCTION_ARGS)
 {
-	char	   *stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	char	   *stream;
 	EventInput ev;
 
+	PreventCommandIfReadOnly("esrc.append()");
+	stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	ev.type = check_user_type(esrc_check_name(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
 											  "event type", ESRC_MAX_TYPE_NAME),
 							  "event type");
@@ -983,13 +986,15 @@ check_duplicate_ids(int nevents, EventInput *events)
 Datum
 esrc_append_batch(PG_FUNCTION_ARGS)
 {
-	char	   *stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	char	   *stream;
 	Jsonb	   *batch;
 	int			nevents;
 	EventInput *events;
 	ErrorContextCallback errcallback;
 	int			i;
 
+	PreventCommandIfReadOnly("esrc.append_batch()");
+	stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

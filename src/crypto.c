@@ -147,7 +147,8 @@ key_lookup(bool bykeyid, Datum value, Snapshot snap, SubjectKey *out)
  * The key of a subject for encrypt(), created on first use.  A new key is
  * inserted as the table's owner with ON CONFLICT DO NOTHING; if another
  * transaction inserted one first, that one is used (at REPEATABLE READ,
- * PostgreSQL raises 40001 instead).
+ * PostgreSQL raises 40001 instead).  Creating one in a read-only
+ * transaction raises 25006 naming esrc.encrypt().
  */
 static void
 subject_key(const char *subject, SubjectKey *out)
@@ -163,6 +164,8 @@ subject_key(const char *subject, SubjectKey *out)
 
 	if (!key_lookup(false, subj, GetActiveSnapshot(), out))
 	{
+		/* the first encryption of a subject writes its key */
+		PreventCommandIfReadOnly("esrc.encrypt()");
 		key = palloc(VARHDRSZ + KEY_LEN);
 		SET_VARSIZE(key, VARHDRSZ + KEY_LEN);
 		if (!pg_strong_random(VARDATA(key), KEY_LEN))

@@ -39,6 +39,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -366,9 +367,8 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	static const char *parts_sql =
 		"INSERT INTO esrc.projection_partitions (projection_id, partition) "
 		"SELECT $1, p FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) AS p";
-	char	   *name = projection_name_arg(fcinfo, 0);
-	ArrayType  *cats = check_name_array(fcinfo, 2, "categories", ESRC_MAX_STREAM_NAME,
-										ESRC_MAX_SUB_CATEGORIES, true);
+	char	   *name;
+	ArrayType  *cats;
 	Oid			owner = GetUserId();
 	char	   *handler;
 	char	   *reset = NULL;
@@ -385,6 +385,10 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	Datum		pvalues[2];
 	bool		isnull;
 
+	PreventCommandIfReadOnly("esrc.create_projection()");
+	name = projection_name_arg(fcinfo, 0);
+	cats = check_name_array(fcinfo, 2, "categories", ESRC_MAX_STREAM_NAME,
+							ESRC_MAX_SUB_CATEGORIES, true);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -448,12 +452,14 @@ esrc_drop_projection(PG_FUNCTION_ARGS)
 		"DELETE FROM esrc.projections WHERE id OPERATOR(pg_catalog.=) $1";
 	static const char *drop_sub_sql =
 		"DELETE FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
-	char	   *name = projection_name_arg(fcinfo, 0);
+	char	   *name;
 	ProjDef    *def;
 	Oid			argtypes[1] = {INT8OID};
 	Datum		values[1];
 	EsrcSubKey	key;
 
+	PreventCommandIfReadOnly("esrc.drop_projection()");
+	name = projection_name_arg(fcinfo, 0);
 	SPI_connect();
 	def = lookup_projection(name);
 	refuse_own_projection(def, "drop");
@@ -479,11 +485,13 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	static const char *unblock_sql =
 		"UPDATE esrc.projection_partitions SET blocked = false, retry_at = pg_catalog.now() "
 		"WHERE projection_id OPERATOR(pg_catalog.=) $1 AND failed_position IS NOT NULL";
-	char	   *name = projection_name_arg(fcinfo, 0);
+	char	   *name;
 	ProjDef    *def;
 	Oid			argtypes[2] = {INT8OID, BOOLOID};
 	Datum		values[2];
 
+	PreventCommandIfReadOnly(paused ? "esrc.projection_pause()" : "esrc.projection_resume()");
+	name = projection_name_arg(fcinfo, 0);
 	SPI_connect();
 	def = lookup_projection(name);
 	values[0] = Int64GetDatum(def->id);
@@ -536,7 +544,7 @@ esrc_projection_skip(PG_FUNCTION_ARGS)
 		"UPDATE esrc.projection_partitions SET failed_position = NULL, blocked = false, "
 		"attempts = 0, retry_at = NULL "
 		"WHERE projection_id OPERATOR(pg_catalog.=) $1 AND partition OPERATOR(pg_catalog.=) $2";
-	char	   *name = projection_name_arg(fcinfo, 0);
+	char	   *name;
 	ProjDef    *def;
 	int64		position;
 	char	   *reason;
@@ -548,6 +556,8 @@ esrc_projection_skip(PG_FUNCTION_ARGS)
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 
+	PreventCommandIfReadOnly("esrc.projection_skip()");
+	name = projection_name_arg(fcinfo, 0);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -618,11 +628,13 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
 		"UPDATE esrc.projection_partitions SET applied = 0, attempts = 0, failed_position = NULL, "
 		"blocked = false, last_error = NULL, last_error_sqlstate = NULL, last_error_at = NULL, "
 		"retry_at = NULL WHERE projection_id OPERATOR(pg_catalog.=) $1";
-	char	   *name = projection_name_arg(fcinfo, 0);
+	char	   *name;
 	ProjDef    *def;
 	Oid			argtypes[2] = {INT8OID, INT8OID};
 	Datum		values[2];
 
+	PreventCommandIfReadOnly("esrc.reset_projection()");
+	name = projection_name_arg(fcinfo, 0);
 	SPI_connect();
 	def = lookup_projection(name);
 	refuse_own_projection(def, "reset");

@@ -34,6 +34,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
@@ -286,6 +287,7 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 	Oid			argtypes[4] = {REGCLASSOID, TEXTOID, TEXTOID, JSONBOID};
 	Datum		values[4];
 
+	PreventCommandIfReadOnly("esrc.create_snapshot()");
 	snap_check_not_busy("esrc.create_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	category = snap_check_category(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
@@ -369,6 +371,7 @@ esrc_drop_snapshot(PG_FUNCTION_ARGS)
 	Oid			argtypes[1] = {OIDOID};
 	Datum		values[1];
 
+	PreventCommandIfReadOnly("esrc.drop_snapshot()");
 	snap_check_not_busy("esrc.drop_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	relid = RangeVarGetRelidExtended(rv, NoLock, 0, RangeVarCallbackOwnsRelation, NULL);

@@ -80,6 +80,7 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -494,6 +495,7 @@ esrc_rebuild_snapshot(PG_FUNCTION_ARGS)
 	const char *problem;
 	int64		applied;
 
+	PreventCommandIfReadOnly("esrc.rebuild_snapshot()");
 	snap_check_not_busy("esrc.rebuild_snapshot()");
 	rv = snapshot_rangevar(fcinfo, 0);
 	relid = RangeVarGetRelidExtended(rv, ShareUpdateExclusiveLock, 0,

@@ -28,6 +28,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -634,17 +635,21 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 	static const char *filters_sql =
 		"UPDATE esrc.subscriptions SET types = $2, metadata = $3 "
 		"WHERE id OPERATOR(pg_catalog.=) $1";
-	char	   *name = subscription_name_arg(fcinfo, 0);
-	ArrayType  *cats = check_name_array(fcinfo, 1, "categories", ESRC_MAX_STREAM_NAME,
-										ESRC_MAX_SUB_CATEGORIES, true);
+	char	   *name;
+	ArrayType  *cats;
 	int32		partitions;
 	char	   *start;
-	ArrayType  *types = check_name_array(fcinfo, 4, "types", ESRC_MAX_TYPE_NAME,
-										 ESRC_MAX_SUB_TYPES, false);
+	ArrayType  *types;
 	Jsonb	   *metadata = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
 	int64		checkpoint;
 	int64		id;
 
+	PreventCommandIfReadOnly("esrc.create_subscription()");
+	name = subscription_name_arg(fcinfo, 0);
+	cats = check_name_array(fcinfo, 1, "categories", ESRC_MAX_STREAM_NAME,
+							ESRC_MAX_SUB_CATEGORIES, true);
+	types = check_name_array(fcinfo, 4, "types", ESRC_MAX_TYPE_NAME,
+							 ESRC_MAX_SUB_TYPES, false);
 	if (strncmp(name, ESRC_PROJECTION_SUB_PREFIX, strlen(ESRC_PROJECTION_SUB_PREFIX)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -696,11 +701,13 @@ esrc_drop_subscription(PG_FUNCTION_ARGS)
 {
 	static const char *sql =
 		"DELETE FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
-	char	   *name = subscription_name_arg(fcinfo, 0);
+	char	   *name;
 	SubDef	   *def;
 	Oid			argtypes[1] = {INT8OID};
 	Datum		values[1];
 
+	PreventCommandIfReadOnly("esrc.drop_subscription()");
+	name = subscription_name_arg(fcinfo, 0);
 	SPI_connect();
 	def = lookup_subscription(name, CurrentMemoryContext, false);
 	check_owner(def);
@@ -723,12 +730,14 @@ esrc_reset_subscription(PG_FUNCTION_ARGS)
 	static const char *sql =
 		"UPDATE esrc.subscription_checkpoints SET checkpoint = $2, acked_at = NULL "
 		"WHERE subscription_id OPERATOR(pg_catalog.=) $1";
-	char	   *name = subscription_name_arg(fcinfo, 0);
+	char	   *name;
 	SubDef	   *def;
 	Oid			argtypes[2] = {INT8OID, INT8OID};
 	Datum		values[2];
 	int64		position;
 
+	PreventCommandIfReadOnly("esrc.reset_subscription()");
+	name = subscription_name_arg(fcinfo, 0);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -762,11 +771,13 @@ set_consumer(FunctionCallInfo fcinfo, bool grant)
 	static const char *revoke_sql =
 		"UPDATE esrc.subscriptions SET consumers = pg_catalog.array_remove(consumers, $2) "
 		"WHERE id OPERATOR(pg_catalog.=) $1";
-	char	   *name = subscription_name_arg(fcinfo, 0);
+	char	   *name;
 	SubDef	   *def;
 	Oid			argtypes[2] = {INT8OID, REGROLEOID};
 	Datum		values[2];
 
+	PreventCommandIfReadOnly(grant ? "esrc.grant_subscription()" : "esrc.revoke_subscription()");
+	name = subscription_name_arg(fcinfo, 0);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# The application examples run against real servers, so they cannot rot:
+# The application examples run against real servers, so they cannot rot.
+# They run as their READMEs say: set up by an administrator (the extension,
+# examples/security_service.sql), then used by an application role "app"
+# that is no superuser and has only the esrc roles it needs (esrc_reader,
+# esrc_writer, esrc_subscriber), CREATE on the database (projections.sql
+# creates its schema) and INSERT on the consumer's results table, which the
+# administrator created in public (PostgreSQL 15 and later let app create
+# nothing there), against a log that holds tombstones of every kind (erase_stream, delete_stream,
+# delete_stream hard) before, among and after the examples' events:
 #   examples/python/security_service.py  psycopg command handlers with a
 #                                        40001 retry loop (self-check)
 #   examples/projections/projections.sql read models of the same users kept by
 #                                        projections, a blue/green swap and a
-#                                        reset (self-check against the snapshot)
+#                                        reset (self-check against the
+#                                        snapshot), checked again after
+#                                        users of its own are erased and
+#                                        deleted while its projections run
+#   examples/subscriptions/consumer.py   a subscription member: its results
+#                                        table must equal the category as
+#                                        read_category returns it, tombstones
+#                                        included
 #   examples/java                        a plain Kafka consumer of the topic
-#                                        the Python commands were forwarded to
+#                                        the users were forwarded to, the
+#                                        tombstones (null values) included
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -15,23 +31,95 @@ fwd_under_reaper "$@"
 ensure_python_psycopg
 FWD_DB=examples
 dir=$(test_tmpdir examples)
-trap 'fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+consumer_pid=
+trap '[ -z "$consumer_pid" ] || kill "$consumer_pid" 2>/dev/null || true; fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 fwd_start_kafka "$dir/kafka"
 fwd_start_pg "$dir/pg"
-psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1 \
-    -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
 
-log "python: examples/python/security_service.py"
-python3 "$ESRC_ROOT/examples/python/security_service.py" \
-    "host=127.0.0.1 port=$FWD_PORT user=postgres dbname=$FWD_DB"
+APP_DSN="host=127.0.0.1 port=$FWD_PORT user=app dbname=$FWD_DB"
+as_admin() { psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAtX -v ON_ERROR_STOP=1 "$@"; }
+as_app() { psql -h 127.0.0.1 -p "$FWD_PORT" -U app -d "$FWD_DB" -qAtX -v ON_ERROR_STOP=1 "$@"; }
 
-log "sql: examples/projections/projections.sql"
-psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1 \
-    -f "$ESRC_ROOT/examples/projections/projections.sql" >"$dir/projections.out" \
+# the administrator: the application role, the consumer's results table
+# (consumer.py's own DDL), the security service
+as_admin -c "CREATE ROLE app LOGIN IN ROLE esrc_reader, esrc_writer, esrc_subscriber" \
+         -c "GRANT CREATE ON DATABASE $FWD_DB TO app"
+as_admin -c "$(cd "$ESRC_ROOT/examples/subscriptions" &&
+               python3 -B -c 'import consumer; print(consumer.RESULTS_DDL.format("public.consumed_events"))')" \
+         -c "GRANT SELECT, INSERT ON public.consumed_events TO app"
+as_admin -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
+[ "$(as_app -c "SELECT rolsuper OR rolcreaterole OR rolbypassrls FROM pg_roles WHERE rolname = current_user")" = f ] \
+    || die "the role app must be an ordinary role"
+
+# tombstones before the examples' events: users erased, deleted, deleted
+# for good (erase_stream and delete_stream need esrc_admin: the admin's)
+as_app -c "SELECT security.register_user(e || '@example.com', initcap(e))
+           FROM unnest(ARRAY['erased', 'deleted', 'gone', 'renamed']) e" >/dev/null
+as_app -c "SELECT security.change_user_name('renamed@example.com', 'Renamed')" >/dev/null
+as_admin -c "SELECT esrc.erase_stream('user-erased@example.com', 'subject request')" \
+         -c "SELECT esrc.delete_stream('user-deleted@example.com', 'closed')" \
+         -c "SELECT esrc.delete_stream('user-gone@example.com', 'fraud', hard => true)" \
+         -c "SELECT esrc.delete_stream('user-renamed@example.com', 'closed')" >/dev/null
+# a soft-deleted stream goes on after its tombstone
+as_app -c "SELECT security.change_user_name('renamed@example.com', 'Back')" >/dev/null
+
+log "python: examples/python/security_service.py (as app)"
+python3 "$ESRC_ROOT/examples/python/security_service.py" "$APP_DSN"
+
+log "sql: examples/projections/projections.sql (as app)"
+as_app -f "$ESRC_ROOT/examples/projections/projections.sql" >"$dir/projections.out" 2>&1 \
     || { cat "$dir/projections.out"; die "examples/projections/projections.sql failed"; }
-grep -c '^ *ok: ' "$dir/projections.out" | grep -qx 3 || { cat "$dir/projections.out"; die "projections: expected 3 checks"; }
+grep -c '^ok: ' "$dir/projections.out" | grep -qx 3 || { cat "$dir/projections.out"; die "projections: expected 3 checks"; }
+
+# tombstones among them: users of projections.sql erased and deleted while
+# its projections run; the read models follow, and check() says so
+as_admin -c "SELECT esrc.erase_stream('user-ken@example.com', 'subject request')" \
+         -c "SELECT esrc.delete_stream('user-barbara@example.com', 'closed')" >/dev/null
+out=$(as_app -c "SELECT directory.wait_caught_up('user_names_v2')" \
+             -c "SELECT directory.wait_caught_up('users_per_letter')" \
+             -c "SELECT directory.check()" 2>&1) || { echo "$out"; die "projections: check after the tombstones failed"; }
+echo "$out" | grep -q '^ok: ' || { echo "$out"; die "projections: no check after the tombstones"; }
+log "projections after erasing ken and deleting barbara: $(echo "$out" | grep '^ok: ')"
+as_app -c "SELECT count(*) FROM directory.user_names WHERE email IN ('ken@example.com', 'barbara@example.com')" \
+    | grep -qx 0 || die "projections: an erased or deleted user is still in directory.user_names"
+
+log "python: examples/subscriptions/consumer.py (as app)"
+as_app -c "SELECT esrc.create_subscription('users-feed', ARRAY['user'], partitions => 2)" >/dev/null
+python3 "$ESRC_ROOT/examples/subscriptions/consumer.py" "$APP_DSN" users-feed member-1 \
+    --wait 1 --max-count 7 >"$dir/consumer.out" 2>&1 &
+consumer_pid=$!
+# every event of the category as readers see it (hidden events skipped,
+# tombstones delivered): what the results table must hold, once each
+expected=$(as_app -c "SELECT count(*) FROM esrc.read_category('user', 0, 1000000)")
+deadline=$((SECONDS + 60))
+while :; do
+    got=$(as_app -c "SELECT count(*) FROM consumed_events" 2>/dev/null || echo -1)
+    [ "$got" = "$expected" ] && break
+    kill -0 "$consumer_pid" 2>/dev/null || { cat "$dir/consumer.out"; die "consumer.py exited"; }
+    [ $SECONDS -lt $deadline ] || { cat "$dir/consumer.out"; die "consumer.py: $got of $expected events in 60 s"; }
+    sleep 0.2
+done
+kill -TERM "$consumer_pid"
+wait "$consumer_pid" || { cat "$dir/consumer.out"; die "consumer.py failed"; }
+consumer_pid=
+grep -q '^member-1: stopped after' "$dir/consumer.out" || { cat "$dir/consumer.out"; die "consumer.py did not stop"; }
+diff=$(as_app -c "SELECT count(*) FROM (
+                    (SELECT position, stream, version, type FROM consumed_events
+                     EXCEPT ALL SELECT position, stream, version, type FROM esrc.read_category('user', 0, 1000000))
+                    UNION ALL
+                    (SELECT position, stream, version, type FROM esrc.read_category('user', 0, 1000000)
+                     EXCEPT ALL SELECT position, stream, version, type FROM consumed_events)) d")
+[ "$diff" = 0 ] || die "consumer.py: its results differ from the category in $diff rows"
+tombs=$(as_app -c "SELECT count(*) FROM consumed_events WHERE type LIKE 'esrc.%'")
+[ "$tombs" -ge 6 ] || die "consumer.py: $tombs tombstones in its results, expected 6 or more"
+log "consumer.py: $expected events once each, $tombs of them tombstones; $(tail -1 "$dir/consumer.out")"
 
 fwd_wait_forwarded 60
 n=$(fwd_sql "SELECT count(*) FROM esrc.events WHERE category = 'user'")
-log "java: examples/java reads the $n forwarded events of topic esrc.user"
-bash "$ESRC_ROOT/examples/java/run.sh" "$FWD_BROKER" esrc.user "$n" 60 | tail -3
+t=$(fwd_sql "SELECT count(*) FROM esrc.events WHERE category = 'user' AND type LIKE 'esrc.%'")
+log "java: examples/java reads the $n forwarded events of topic esrc.user ($t tombstones)"
+bash "$ESRC_ROOT/examples/java/run.sh" "$FWD_BROKER" esrc.user "$n" 60 >"$dir/java.out" \
+    || { tail -20 "$dir/java.out"; die "examples/java failed"; }
+tail -3 "$dir/java.out"
+[ "$(grep -c ' value=null$' "$dir/java.out")" = "$t" ] \
+    || die "java: expected $t tombstones (value=null) in its output"

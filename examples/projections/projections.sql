@@ -12,12 +12,17 @@
 -- Needs esrc in shared_preload_libraries (the projection workers) and
 -- esrc.projection_workers >= 1 (the default).  Run after
 -- examples/security_service.sql, as a role in esrc_subscriber, esrc_reader
--- and esrc_writer (a superuser will do):
+-- and esrc_writer with CREATE on the database (it creates the schema
+-- directory; a superuser will do):
 --     psql -v ON_ERROR_STOP=1 -f examples/security_service.sql
 --     psql -v ON_ERROR_STOP=1 -f examples/projections/projections.sql
 -- It registers and renames a few users, waits for the projections and
 -- checks every read model against the security.users snapshot; it raises
--- an error when something differs.  Running it twice fails (the schema
+-- an error when something differs.  The log may hold tombstones: an
+-- erased user (esrc.erase_stream) or a deleted one (esrc.delete_stream)
+-- leaves the read models, and the events of an erased stream, redacted to
+-- {"erased": true}, are skipped when a projection reads them from the
+-- beginning.  Running it twice fails (the schema
 -- exists): DROP SCHEMA directory CASCADE after dropping its projections
 -- (see the end of this file).
 
@@ -68,14 +73,21 @@ CREATE TABLE directory.user_names_v1 (
     version bigint NOT NULL      -- the stream version last applied
 );
 
--- The handler: one upsert.  Handlers run with search_path = pg_catalog,
--- pg_temp, so every name is qualified.  Events of a stream come in version
--- order, so UserRegistered always comes before the renames.
+-- The handler: a delete for a tombstone, else one upsert.  Handlers run
+-- with search_path = pg_catalog, pg_temp, so every name is qualified.
+-- Events of a stream come in version order, so UserRegistered always comes
+-- before the renames, and a tombstone after the events it ends.
 CREATE FUNCTION directory.user_names_v1_apply(event esrc.event) RETURNS void
 LANGUAGE sql AS $$
+    -- esrc.erased, esrc.deleted: the user is gone.  A tombstone's data
+    -- says nothing of the user: the e-mail is in the stream name.
+    DELETE FROM directory.user_names_v1
+     WHERE event.type IN ('esrc.erased', 'esrc.deleted')
+       AND email = substr(event.stream, length('user-') + 1);
+    -- an erased stream's events, read again, have no name left: skipped
     INSERT INTO directory.user_names_v1 (email, name, version)
     SELECT event.data->>'email', event.data->>'name', event.version
-     WHERE event.type IN ('UserRegistered', 'UserNameChanged')
+     WHERE event.type IN ('UserRegistered', 'UserNameChanged') AND event.data ? 'name'
     ON CONFLICT (email) DO UPDATE SET name = excluded.name, version = excluded.version
 $$;
 
@@ -109,22 +121,29 @@ LANGUAGE plpgsql
 SET search_path = directory, pg_catalog, pg_temp   -- its own path: names need no schema
 AS $$
 DECLARE
+    user_email text := substr(event.stream, length('user-') + 1);
     new_letter text := upper(left(event.data->>'name', 1));
     old_letter text;
 BEGIN
-    IF event.type NOT IN ('UserRegistered', 'UserNameChanged') THEN
-        RETURN;
+    IF event.type IN ('esrc.erased', 'esrc.deleted') THEN
+        new_letter := NULL;         -- the user is gone: counted under none
+    ELSIF event.type NOT IN ('UserRegistered', 'UserNameChanged') OR new_letter IS NULL THEN
+        RETURN;                     -- (NULL: an erased stream's event, redacted)
     END IF;
-    SELECT letter INTO old_letter FROM letter_of_user WHERE email = event.data->>'email';
+    SELECT letter INTO old_letter FROM letter_of_user WHERE email = user_email;
     IF old_letter IS NOT DISTINCT FROM new_letter THEN
         RETURN;
     END IF;
     IF old_letter IS NOT NULL THEN
         UPDATE users_per_letter SET users = users - 1 WHERE letter = old_letter;
     END IF;
+    IF new_letter IS NULL THEN
+        DELETE FROM letter_of_user WHERE email = user_email;
+        RETURN;
+    END IF;
     INSERT INTO users_per_letter VALUES (new_letter, 1)
     ON CONFLICT (letter) DO UPDATE SET users = users_per_letter.users + 1;
-    INSERT INTO letter_of_user VALUES (event.data->>'email', new_letter)
+    INSERT INTO letter_of_user VALUES (user_email, new_letter)
     ON CONFLICT (email) DO UPDATE SET letter = excluded.letter;
 END
 $$;
@@ -155,22 +174,33 @@ SELECT security.change_user_name('ada@example.com', 'Lovelace');
 SELECT directory.wait_caught_up('user_names_v1');
 SELECT directory.wait_caught_up('users_per_letter');
 
+-- directory.current_users: the users of the snapshot security.users
+-- (every user registered so far, by anyone) that are not deleted.  An
+-- erased user has no row there; a deleted one keeps its row, with the
+-- version moved on to its tombstone's (a later event brings it back).
+CREATE VIEW directory.current_users AS
+SELECT s.stream, s.state
+  FROM security.users s
+ WHERE NOT EXISTS (SELECT FROM esrc.events e
+                    WHERE e.stream = s.stream AND e.version = s.version
+                      AND e.type IN ('esrc.erased', 'esrc.deleted'));
+
 -- directory.check(): raises unless the read models equal what the
--- snapshot security.users says (every user registered so far, by anyone).
+-- snapshot says of the current users.
 CREATE FUNCTION directory.check() RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     bad bigint;
 BEGIN
     SELECT count(*) INTO bad
-      FROM security.users s FULL JOIN directory.user_names n ON n.email = s.state->>'email'
+      FROM directory.current_users s FULL JOIN directory.user_names n ON n.email = s.state->>'email'
      WHERE n.name IS DISTINCT FROM s.state->>'name';
     IF bad > 0 THEN
         RAISE EXCEPTION '% users differ between directory.user_names and security.users', bad;
     END IF;
     SELECT count(*) INTO bad
       FROM (SELECT upper(left(state->>'name', 1)) AS letter, count(*) AS users
-              FROM security.users GROUP BY 1) s
+              FROM directory.current_users GROUP BY 1) s
       FULL JOIN (SELECT * FROM directory.users_per_letter WHERE users <> 0) p USING (letter)
      WHERE p.users IS DISTINCT FROM s.users;
     IF bad > 0 THEN
@@ -198,9 +228,12 @@ CREATE TABLE directory.user_names_v2 (
 );
 CREATE FUNCTION directory.user_names_v2_apply(event esrc.event) RETURNS void
 LANGUAGE sql AS $$
+    DELETE FROM directory.user_names_v2
+     WHERE event.type IN ('esrc.erased', 'esrc.deleted')
+       AND email = substr(event.stream, length('user-') + 1);
     INSERT INTO directory.user_names_v2 (email, name, renames, version)
     SELECT event.data->>'email', event.data->>'name', 0, event.version
-     WHERE event.type IN ('UserRegistered', 'UserNameChanged')
+     WHERE event.type IN ('UserRegistered', 'UserNameChanged') AND event.data ? 'name'
     ON CONFLICT (email) DO UPDATE
         SET name = excluded.name, renames = user_names_v2.renames + 1, version = excluded.version
 $$;

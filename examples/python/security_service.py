@@ -11,7 +11,8 @@ level.
     python3 examples/python/security_service.py "host=... dbname=..."
 
 Needs examples/security_service.sql loaded in the database (the snapshot
-security.users).  Run as a script it performs a small self-check: register
+security.users), and a role in esrc_writer and esrc_reader (no superuser,
+nothing else).  Run as a script it performs a small self-check: register
 a user, rename it from three threads at once, and verify the result.
 """
 import random

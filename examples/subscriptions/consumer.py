@@ -71,10 +71,24 @@ class Consumer:
             self.conn.cancel_safe()
 
     def create_table(self):
+        """Create the results table unless the search_path finds it.  An
+        application role needs no CREATE on a schema when the table was
+        created for it (PostgreSQL 15 and later let no one but the owner
+        create in public): CREATE TABLE IF NOT EXISTS would still ask."""
         with self.conn.transaction():
             # a transaction-level lock: concurrent members do not race
             self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
-            self.conn.execute(sql.SQL(RESULTS_DDL).format(sql.Identifier(self.table)))
+            if self.conn.execute("SELECT to_regclass(quote_ident(%s)) IS NOT NULL",
+                                 (self.table,)).fetchone()[0]:
+                return
+            try:
+                self.conn.execute(sql.SQL(RESULTS_DDL).format(sql.Identifier(self.table)))
+            except psycopg.errors.InsufficientPrivilege as e:
+                raise SystemExit(
+                    "%s: cannot create the results table %s: %s\n"
+                    "Create it beforehand (see examples/subscriptions/README.md) and grant "
+                    "INSERT on it, or give this role a schema of its own."
+                    % (self.member, self.table, e.diag.message_primary))
 
     def turn(self):
         """One batch: poll, effects, ack, commit.  Returns the events."""

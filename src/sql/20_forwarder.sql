@@ -139,6 +139,10 @@ AS $skip$
 DECLARE
     v_stream text;
 BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute esrc.forwarder_skip() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
     IF forwarder_skip.event_position IS NULL THEN
         RAISE EXCEPTION 'event_position must not be null'
             USING ERRCODE = 'null_value_not_allowed';

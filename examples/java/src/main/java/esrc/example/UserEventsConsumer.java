@@ -19,6 +19,11 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * would: a read_committed consumer (esrc writes with a transactional
  * producer, so aborted attempts stay invisible), key = stream name, value =
  * the event's data, CloudEvents 1.0 binary-mode headers for the rest.
+ * A tombstone (esrc.erase_stream's esrc.erased, esrc.delete_stream's
+ * esrc.deleted: ce_type says which) has a null value and no content-type:
+ * the stream was erased or deleted, and whatever this consumer derived from
+ * the stream's earlier records should go too (a compacted topic drops
+ * them). It is the stream's next version like any event.
  *
  * Usage: UserEventsConsumer BROKERS TOPIC EXPECTED_COUNT [TIMEOUT_SECONDS]
  *
@@ -30,7 +35,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  */
 public final class UserEventsConsumer {
     private static final String[] REQUIRED = {
-        "ce_specversion", "ce_id", "ce_type", "ce_source", "ce_time", "content-type",
+        "ce_specversion", "ce_id", "ce_type", "ce_source", "ce_time",
         "ce_esrcstream", "ce_esrcversion", "ce_esrcposition"
     };
 
@@ -56,6 +61,7 @@ public final class UserEventsConsumer {
         List<String> problems = new ArrayList<>();
         Map<String, Long> lastVersion = new LinkedHashMap<>();
         int count = 0;
+        int tombstones = 0;
         long deadline = System.currentTimeMillis() + timeoutMs;
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
             consumer.subscribe(List.of(topic));
@@ -71,6 +77,18 @@ public final class UserEventsConsumer {
                         if (!h.containsKey(name)) {
                             problems.add("offset " + rec.offset() + ": header " + name + " missing");
                         }
+                    }
+                    boolean tombstone = rec.value() == null;
+                    if (tombstone) {
+                        tombstones++;
+                    }
+                    String type = h.getOrDefault("ce_type", "");
+                    if (tombstone != (type.equals("esrc.erased") || type.equals("esrc.deleted"))) {
+                        problems.add("offset " + rec.offset() + ": type " + type
+                                + (tombstone ? " with a null value" : " with a value"));
+                    }
+                    if (!tombstone && !h.containsKey("content-type")) {
+                        problems.add("offset " + rec.offset() + ": header content-type missing");
                     }
                     if (!rec.key().equals(h.get("ce_esrcstream"))) {
                         problems.add("offset " + rec.offset() + ": key is not the stream");
@@ -95,6 +113,7 @@ public final class UserEventsConsumer {
             problems.forEach(p -> System.err.println("java consumer: " + p));
             System.exit(1);
         }
-        System.out.println("java consumer: " + count + " events, headers complete, per-stream versions in order");
+        System.out.println("java consumer: " + count + " events (" + tombstones + " tombstones), headers complete,"
+                + " per-stream versions in order");
     }
 }
