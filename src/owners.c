@@ -6,7 +6,8 @@
  *	  the roles granted to consume a subscription
  *	  (esrc.subscriptions.consumers).  DROP ROLE, REASSIGN OWNED and DROP
  *	  OWNED treat them as PostgreSQL treats the owner and the privileges of
- *	  a table.
+ *	  a table; and the code that acts as an owner stops when that role is
+ *	  gone.
  *
  * PostgreSQL records shared dependencies (pg_shdepend) only for objects of
  * its own catalogs, so a regrole column alone lets DROP ROLE succeed and
@@ -37,15 +38,22 @@
  *
  * DROP ROLE is cluster-wide but the hook sees only the current database's
  * catalogs: a role that owns esrc objects in another database can still be
- * dropped from here.
+ * dropped from here.  The projection workers of that database notice the
+ * missing owner at their next round (esrc_pause_ownerless_projections,
+ * called by projworker.c) and pause the projection, recording why in
+ * esrc.projection_partitions.last_error; reset_projection refuses to run
+ * its reset function as a role that is gone.  docs/projections.md and
+ * docs/subscriptions.md describe the limit.
  *
  * Catalog statements run as the catalogs' owner, security-restricted, with
- * search_path pinned (lifecycle.c's esrc_run_as_owner).
+ * search_path pinned (lifecycle.c's esrc_run_as_owner, subcatalog.c's
+ * catalog_run in the workers, whose search_path is pinned for good).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -54,11 +62,14 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "esrc.h"
 #include "owners.h"
@@ -98,6 +109,29 @@ esrc_owners_init(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = owners_process_utility;
+}
+
+bool
+esrc_role_exists(Oid roleid)
+{
+	return SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid));
+}
+
+/*
+ * Raise 42704 when the owner of a projection (kind) is gone: dropped from
+ * another database, where DROP ROLE does not see esrc's catalogs.
+ */
+void
+esrc_check_owner_exists(Oid owner, const char *kind, const char *name)
+{
+	if (!esrc_role_exists(owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("owner of %s \"%s\" does not exist", kind, name),
+				 errdetail("Its owner, role %u, was dropped while connected to another database, where DROP ROLE does not check this database's esrc objects.",
+						   owner),
+				 errhint("A superuser can set its owner in esrc.%ss to an existing role, or drop the %s.",
+						 kind, kind)));
 }
 
 /*
@@ -343,4 +377,109 @@ owners_process_utility(PlannedStmt *pstmt, const char *queryString,
 		check_dropped_roles(roleids, rolenames);
 	else if (here && IsA(parsetree, ReassignOwnedStmt))
 		reassign_owned((ReassignOwnedStmt *) parsetree);
+}
+
+/* ----------------------------------------------------------------
+ * Projection workers: owners that are gone
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Pause, in this transaction, every projection not paused whose owner is
+ * gone; record why on its partitions and in the server log.  SPI
+ * connected, the tables locked.
+ */
+static void
+pause_ownerless(void)
+{
+	static const char *list_sql =
+		"SELECT id, name, owner::pg_catalog.oid FROM esrc.projections WHERE NOT paused";
+	static const char *pause_sql =
+		"UPDATE esrc.projections SET paused = true WHERE id OPERATOR(pg_catalog.=) $1 "
+		"AND owner OPERATOR(pg_catalog.=) $2 AND NOT paused";
+	static const char *note_sql =
+		"UPDATE esrc.projection_partitions SET last_error = $2, last_error_sqlstate = $3, "
+		"last_error_at = pg_catalog.now() WHERE projection_id OPERATOR(pg_catalog.=) $1";
+	Oid			argtypes[3] = {INT8OID, OIDOID, TEXTOID};
+	Oid			noteargtypes[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	int64	   *ids;
+	char	  **names;
+	Oid		   *owners;
+	int			n = 0;
+	int			i;
+	uint64		r;
+
+	catalog_run(list_sql, 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	ids = palloc(sizeof(int64) * (SPI_processed + 1));
+	names = palloc(sizeof(char *) * (SPI_processed + 1));
+	owners = palloc(sizeof(Oid) * (SPI_processed + 1));
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+
+		if (esrc_role_exists(owner))
+			continue;
+		ids[n] = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		names[n] = SPI_getvalue(tup, desc, 2);
+		owners[n++] = owner;
+	}
+	for (i = 0; i < n; i++)
+	{
+		char	   *why;
+
+		values[0] = Int64GetDatum(ids[i]);
+		values[1] = ObjectIdGetDatum(owners[i]);
+		catalog_run(pause_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
+		if (SPI_processed == 0)
+			continue;			/* resumed, reassigned or paused meanwhile */
+		why = psprintf("owner of projection \"%s\" does not exist (role %u was dropped): projection paused",
+					   names[i], owners[i]);
+		values[1] = CStringGetTextDatum(why);
+		values[2] = CStringGetTextDatum(unpack_sql_state(ERRCODE_UNDEFINED_OBJECT));
+		catalog_run(note_sql, 3, noteargtypes, values, NULL, SPI_OK_UPDATE);
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("owner of projection \"%s\" does not exist, projection paused", names[i]),
+				 errdetail("Its owner, role %u, was dropped while connected to another database, where DROP ROLE does not check this database's esrc objects.",
+						   owners[i]),
+				 errhint("A superuser can set esrc.projections.owner to an existing role and call esrc.projection_resume(), or call esrc.drop_projection().")));
+	}
+}
+
+void
+esrc_pause_ownerless_projections(void)
+{
+	Oid			nsp;
+	Oid			projections = InvalidOid;
+	Oid			partitions = InvalidOid;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	nsp = get_namespace_oid("esrc", true);
+	if (OidIsValid(nsp))
+	{
+		projections = get_relname_relid("projections", nsp);
+		partitions = get_relname_relid("projection_partitions", nsp);
+	}
+
+	/*
+	 * Never wait for a lock here (DDL on esrc, see projworker.c's
+	 * begin_xact): the caller skips these projections anyway, and the next
+	 * round tries again.
+	 */
+	if (OidIsValid(projections) && OidIsValid(partitions) &&
+		ConditionalLockRelationOid(projections, RowExclusiveLock) &&
+		ConditionalLockRelationOid(partitions, RowExclusiveLock))
+	{
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pause_ownerless();
+		PopActiveSnapshot();
+		SPI_finish();
+	}
+	CommitTransactionCommand();
 }
