@@ -135,7 +135,9 @@ EXCEPTION WHEN dependent_objects_still_exist THEN
         split_part(d, E'\n', 1), split_part(d, E'\n', 100), split_part(d, E'\n', 101);
 END
 $$;
-DROP OWNED BY od_many;
+-- a role named twice: each object dropped once
+DROP OWNED BY od_many, od_many;
+SELECT count(*) AS many_left FROM esrc.subscriptions WHERE owner = 'od_many'::regrole;
 DROP ROLE od_many;
 
 -- the owner of a projection and a subscription that it does not own

@@ -302,7 +302,8 @@ drop_owned(DropOwnedStmt *stmt)
 		/* PostgreSQL's own check, next, refuses the statement */
 		if (!has_privs_of_role(GetUserId(), roleid))
 			return;
-		roleids = lappend_oid(roleids, roleid);
+		/* DROP OWNED BY a, a: each object once */
+		roleids = list_append_unique_oid(roleids, roleid);
 	}
 	SPI_connect();
 	foreach(lc, roleids)
