@@ -30,6 +30,7 @@
 #include "utils/syscache.h"
 
 #include "esrc.h"
+#include "owners.h"
 #include "projection.h"
 
 PG_MODULE_MAGIC;
@@ -90,6 +91,9 @@ _PG_init(void)
 
 	/* counters of esrc.metrics (esrc.track_metrics) */
 	esrc_metrics_init();
+
+	/* DROP ROLE, REASSIGN OWNED, DROP OWNED for esrc's owners (owners.c) */
+	esrc_owners_init();
 
 	MarkGUCPrefixReserved("esrc");
 

@@ -49,6 +49,7 @@
 
 #include "esrc.h"
 #include "compat.h"
+#include "owners.h"
 #include "projection.h"
 #include "subscription.h"
 
@@ -648,6 +649,7 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_UNDEFINED_FUNCTION),
 					 errmsg("reset function %s of projection \"%s\" does not exist",
 							def->reset_function, name)));
+		esrc_check_owner_exists(def->owner, "projection", name);
 		(void) check_function(funcoid, true, def->owner);
 		fmgr_info(funcoid, &flinfo);
 		esrc_call_as_owner(def->owner, &flinfo, 0, (Datum) 0);

@@ -45,5 +45,7 @@ extern void esrc_projection_init(void);
 extern const char *esrc_handler_problem(Oid funcoid, bool reset);
 extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);
 extern void esrc_projection_wake_at_commit(void);
+/* esrc.drop_projection, whose code DROP OWNED runs (owners.c) */
+extern Datum esrc_drop_projection(PG_FUNCTION_ARGS);
 
 #endif							/* ESRC_PROJECTION_H */

@@ -88,6 +88,7 @@
 
 #include "esrc.h"
 #include "compat.h"
+#include "owners.h"
 #include "projection.h"
 #include "subscription.h"
 
@@ -295,6 +296,7 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq, int number)
 	uint64		hashes[ESRC_WAIT_CATEGORIES];
 	int			nhashes = 0;
 	bool		all = false;
+	bool		ownerless = false;
 	uint64		r;
 	EsrcSubKey	key;
 
@@ -346,6 +348,9 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq, int number)
 			get_array_type(esrc_event_type_oid()) == handler_argtype(pj->handler);
 		pj->batch_size = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
 		pj->paused = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		/* an owner dropped from another database: paused below (owners.c) */
+		if (!pj->paused && !esrc_role_exists(pj->owner))
+			pj->paused = ownerless = true;
 		pj->subid = DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
 		held_keys[nheld_keys] = key;
 		held_keys[nheld_keys++].id = pj->subid;
@@ -370,6 +375,8 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq, int number)
 		}
 	}
 	end_xact();
+	if (ownerless)
+		esrc_pause_ownerless_projections();
 	/* before the round's checks: a commit after this sets our latch */
 	esrc_wait_register(&key, hashes, nhashes, all);
 	return projs;

@@ -60,6 +60,8 @@ extern Oid	role_oid(const char *name);
 extern void check_owner(SubDef *def);
 extern void check_consumer(SubDef *def);
 extern void check_not_projection(SubDef *def);
+/* esrc.drop_subscription, whose code DROP OWNED runs (owners.c) */
+extern Datum esrc_drop_subscription(PG_FUNCTION_ARGS);
 extern char *subscription_name_arg(FunctionCallInfo fcinfo, int argno);
 extern char *member_name_arg(FunctionCallInfo fcinfo, int argno);
 extern ArrayType *check_name_array(FunctionCallInfo fcinfo, int argno, const char *what,
