@@ -43,5 +43,6 @@ extern void esrc_projection_init(void);
 extern const char *esrc_handler_problem(Oid funcoid, bool reset);
 extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);
 extern void esrc_projection_wake_at_commit(void);
+extern bool esrc_projection_owner_reads(int64 id, const char *name, Oid owner);
 
 #endif							/* ESRC_PROJECTION_H */
