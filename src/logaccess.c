@@ -119,11 +119,20 @@ esrc_log_access(Oid role)
 	return access;
 }
 
+/* The role's name, or its OID when it is gone (a dropped owner). */
+static const char *
+role_name(Oid role)
+{
+	const char *name = GetUserNameFromId(role, true);
+
+	return name != NULL ? name : psprintf("%u", role);
+}
+
 /* What keeps role from reading the log: a sentence (access not READABLE). */
 char *
 esrc_log_access_problem(Oid role, EsrcLogAccess access)
 {
-	const char *name = GetUserNameFromId(role, false);
+	const char *name = role_name(role);
 
 	if (access == ESRC_LOG_RLS)
 		return psprintf("Row-level security on esrc.events applies to role \"%s\".", name);
@@ -135,7 +144,7 @@ esrc_log_access_problem(Oid role, EsrcLogAccess access)
 char *
 esrc_log_access_fix(Oid role, EsrcLogAccess access)
 {
-	const char *name = GetUserNameFromId(role, false);
+	const char *name = role_name(role);
 
 	if (access == ESRC_LOG_RLS)
 		return psprintf("Disable row-level security on esrc.events, or give role \"%s\" BYPASSRLS.", name);
@@ -155,7 +164,7 @@ esrc_check_log_readable(Oid role, const char *why)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("role \"%s\" may not read esrc.events", GetUserNameFromId(role, false)),
+			 errmsg("role \"%s\" may not read esrc.events", role_name(role)),
 			 errdetail("%s %s", why, esrc_log_access_problem(role, access)),
 			 errhint("%s", esrc_log_access_fix(role, access))));
 }

@@ -23,6 +23,12 @@
  * pg_dump and pg_upgrade keep them; the event trigger projections_guard
  * refuses to drop or rename one while a projection uses it.
  *
+ * The owner must be allowed to read every event of the log whenever its
+ * handler would get events (logaccess.c): create_projection,
+ * projection_resume and reset_projection refuse (42501) when it may not,
+ * and the workers check it at every batch (esrc_projection_owner_reads),
+ * pausing the projection with the reason in its partitions' last_error.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -354,17 +360,21 @@ esrc_projection_owner_reads(int64 id, const char *name, Oid owner)
 	Oid			argtypes[2] = {INT8OID, TEXTOID};
 	Datum		values[2];
 	char	   *error;
+	const char *oname;
 
 	if (access == ESRC_LOG_READABLE)
 		return true;
+	oname = GetUserNameFromId(owner, true);
+	if (oname == NULL)
+		oname = psprintf("%u", owner);	/* a dropped role */
 	values[0] = Int64GetDatum(id);
 	catalog_run(pause_sql, 1, argtypes, values, NULL, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 		return false;			/* paused already (by another worker) */
-	error = psprintf("projection paused: role \"%s\", its owner, may not read esrc.events. %s %s Then call esrc.projection_resume('%s').",
-					 GetUserNameFromId(owner, false),
+	error = psprintf("projection paused: role \"%s\", its owner, may not read esrc.events. %s %s Then call esrc.projection_resume(%s).",
+					 oname,
 					 esrc_log_access_problem(owner, access),
-					 esrc_log_access_fix(owner, access), name);
+					 esrc_log_access_fix(owner, access), quote_literal_cstr(name));
 	values[1] = CStringGetTextDatum(error);
 	catalog_run(error_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
 	ereport(LOG,

@@ -84,6 +84,10 @@
  * call that undoes any setting made in it (apply_to_all).  create/rebuild
  * write the table the same way; load/snapshot_at/rebuild run reducers the
  * same way.  Only writes to esrc.snapshots run as the catalog's owner.
+ * The owner must also be allowed to read every event of the log when a
+ * reducer would get one (logaccess.c): snap_raise_if_broken, called before
+ * every apply, fill, rebuild and snapshot_at, refuses with 42501 when it
+ * may not.
  * All SQL built here quotes identifiers and qualifies operators.
  *
  * Caching.  Definitions are cached per backend, keyed by category, with
