@@ -31,6 +31,11 @@
  *	   the functions is the privilege check; the table itself is readable
  *	   by esrc_admin only;
  *	 - a subject once forgotten gets no new key: encrypt() refuses it.
+ *	 - decrypt() opens an envelope only for a role that may read every
+ *	   event of esrc.events now (logaccess.c, 42501 otherwise): EXECUTE
+ *	   on it, granted to esrc_reader, is not enough alone, so a role that
+ *	   kept copies of encrypted fields (a projection's table) cannot open
+ *	   them once its right to read the log is gone.
  *
  * OpenSSL (libcrypto's EVP interface) rather than pgcrypto: authenticated
  * encryption, no S2K per call, and no `requires` that every CREATE
@@ -398,6 +403,9 @@ esrc_decrypt(PG_FUNCTION_ARGS)
 		v.type != jbvString || v.val.string.len < (int) strlen(ENVELOPE_MARK) ||
 		strncmp(v.val.string.val, ENVELOPE_MARK, strlen(ENVELOPE_MARK)) != 0)
 		PG_RETURN_JSONB_P(jb);
+	/* a plain value of an event, for a role that may read the events only */
+	esrc_check_log_readable(GetUserId(),
+							"esrc.decrypt returns the plain values of encrypted event fields.");
 	blob = parse_envelope(v.val.string.val, v.val.string.len, key_id, &bloblen);
 
 	if (!key_lookup(true, DirectFunctionCall1(uuid_in, CStringGetDatum(key_id)),

@@ -313,6 +313,24 @@ extern struct TupleTableSlot *esrc_log_next(EsrcLogScan *scan);
 extern void esrc_log_end(EsrcLogScan *scan);
 extern Snapshot esrc_caller_snapshot(void);
 
+/*
+ * logaccess.c: may a role read every event of esrc.events now (SELECT on
+ * the table or on all its columns, and no row-level security applying to
+ * it)?  Checked wherever events reach a role's code or tables; cached per
+ * transaction.  esrc_check_log_readable raises 42501, why being the first
+ * sentence of its detail.
+ */
+typedef enum EsrcLogAccess
+{
+	ESRC_LOG_READABLE,
+	ESRC_LOG_NO_SELECT,			/* no SELECT on the table nor on every column */
+	ESRC_LOG_RLS				/* row-level security would filter it */
+} EsrcLogAccess;
+extern EsrcLogAccess esrc_log_access(Oid role);
+extern char *esrc_log_access_problem(Oid role, EsrcLogAccess access);
+extern char *esrc_log_access_fix(Oid role, EsrcLogAccess access);
+extern void esrc_check_log_readable(Oid role, const char *why);
+
 /* projection.c: the type esrc.event; a function by identity (InvalidOid if none) */
 extern Oid	esrc_event_type_oid(void);
 extern Oid	esrc_lookup_function(const char *identity);

@@ -23,6 +23,12 @@
  * pg_dump and pg_upgrade keep them; the event trigger projections_guard
  * refuses to drop or rename one while a projection uses it.
  *
+ * The owner must be allowed to read every event of the log whenever its
+ * handler would get events (logaccess.c): create_projection,
+ * projection_resume and reset_projection refuse (42501) when it may not,
+ * and the workers check it at every batch (esrc_projection_owner_reads),
+ * pausing the projection with the reason in its partitions' last_error.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -333,6 +339,58 @@ lookup_projection(const char *name)
 	return def;
 }
 
+/* The first sentence of a 42501 about the owner's right to read the log. */
+static char *
+owner_reads_why(const char *name)
+{
+	return psprintf("The handler of projection \"%s\" runs as its owner and is given the events of its categories.",
+					name);
+}
+
+/*
+ * At the start of every batch (projworker.c, in the batch's transaction,
+ * SPI connected): may the owner of projection id read the log now?  If
+ * not, the projection is paused and every partition records why (42501
+ * in last_error_sqlstate), once, with a LOG line; the worker then takes
+ * no batch of it, so its handler gets no event.  esrc.projection_resume,
+ * after the right is given back, lets it go on from its checkpoints.
+ */
+bool
+esrc_projection_owner_reads(int64 id, const char *name, Oid owner)
+{
+	static const char *pause_sql =
+		"UPDATE esrc.projections SET paused = true "
+		"WHERE id OPERATOR(pg_catalog.=) $1 AND NOT paused";
+	static const char *error_sql =
+		"UPDATE esrc.projection_partitions SET last_error = $2, "
+		"last_error_sqlstate = '42501', last_error_at = pg_catalog.now() "
+		"WHERE projection_id OPERATOR(pg_catalog.=) $1";
+	EsrcLogAccess access = esrc_log_access(owner);
+	Oid			argtypes[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+	char	   *error;
+	const char *oname;
+
+	if (access == ESRC_LOG_READABLE)
+		return true;
+	oname = GetUserNameFromId(owner, true);
+	if (oname == NULL)
+		oname = psprintf("%u", owner);	/* a dropped role */
+	values[0] = Int64GetDatum(id);
+	catalog_run(pause_sql, 1, argtypes, values, NULL, SPI_OK_UPDATE);
+	if (SPI_processed == 0)
+		return false;			/* paused already (by another worker) */
+	error = psprintf("projection paused: role \"%s\", its owner, may not read esrc.events. %s %s Then call esrc.projection_resume(%s).",
+					 oname,
+					 esrc_log_access_problem(owner, access),
+					 esrc_log_access_fix(owner, access), quote_literal_cstr(name));
+	values[1] = CStringGetTextDatum(error);
+	catalog_run(error_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
+	ereport(LOG,
+			(errmsg("projection \"%s\": %s", name, error)));
+	return false;
+}
+
 /*
  * A handler that drops or resets its own projection would delete or move
  * the checkpoints that the worker's batch moves at its end: the batch
@@ -412,6 +470,7 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to create projection \"%s\"", name),
 				 errdetail("Creating projections needs the privileges of esrc_subscriber and esrc_reader.")));
+	esrc_check_log_readable(owner, owner_reads_why(name));
 	handler = check_function(PG_GETARG_OID(1), false, owner);
 	if (!PG_ARGISNULL(6))
 		reset = check_function(PG_GETARG_OID(6), true, owner);
@@ -486,6 +545,12 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	static const char *unblock_sql =
 		"UPDATE esrc.projection_partitions SET blocked = false, retry_at = pg_catalog.now() "
 		"WHERE projection_id OPERATOR(pg_catalog.=) $1 AND failed_position IS NOT NULL";
+	/* the reason of a pause by esrc_projection_owner_reads is over */
+	static const char *clear_sql =
+		"UPDATE esrc.projection_partitions SET last_error = NULL, last_error_sqlstate = NULL, "
+		"last_error_at = NULL WHERE projection_id OPERATOR(pg_catalog.=) $1 "
+		"AND failed_position IS NULL AND last_error_sqlstate OPERATOR(pg_catalog.=) '42501' "
+		"AND last_error OPERATOR(pg_catalog.^@) 'projection paused: '";
 	char	   *name;
 	ProjDef    *def;
 	Oid			argtypes[2] = {INT8OID, BOOLOID};
@@ -495,11 +560,19 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	name = projection_name_arg(fcinfo, 0);
 	SPI_connect();
 	def = lookup_projection(name);
+	if (!paused)
+	{
+		esrc_check_owner_exists(def->owner, "projection", name);
+		esrc_check_log_readable(def->owner, owner_reads_why(name));
+	}
 	values[0] = Int64GetDatum(def->id);
 	values[1] = BoolGetDatum(paused);
 	catalog_run(pause_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
 	if (!paused)
+	{
 		catalog_run(unblock_sql, 1, argtypes, values, NULL, SPI_OK_UPDATE);
+		catalog_run(clear_sql, 1, argtypes, values, NULL, SPI_OK_UPDATE);
+	}
 	SPI_finish();
 	wake_workers_at_commit();
 }
@@ -639,6 +712,10 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
 	SPI_connect();
 	def = lookup_projection(name);
 	refuse_own_projection(def, "reset");
+	esrc_check_owner_exists(def->owner, "projection", name);
+	esrc_check_log_readable(def->owner,
+							psprintf("esrc.reset_projection replays the log to the handler of projection \"%s\", which runs as its owner.",
+									 name));
 	if (def->reset_function != NULL)
 	{
 		Oid			funcoid = esrc_lookup_function(def->reset_function);
@@ -649,7 +726,6 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_UNDEFINED_FUNCTION),
 					 errmsg("reset function %s of projection \"%s\" does not exist",
 							def->reset_function, name)));
-		esrc_check_owner_exists(def->owner, "projection", name);
 		(void) check_function(funcoid, true, def->owner);
 		fmgr_info(funcoid, &flinfo);
 		esrc_call_as_owner(def->owner, &flinfo, 0, (Datum) 0);

@@ -14,8 +14,8 @@
  * filter, so that a read of a small category scanned the whole log; an
  * index scan chosen here costs what the rows it returns cost, whatever
  * the size of the log.  The caller needs SELECT on esrc.events, checked
- * here as the executor would; row-level security on esrc.events is
- * refused rather than bypassed.
+ * here as the executor would (logaccess.c); row-level security on
+ * esrc.events is refused rather than bypassed.
  *
  * Every read function returns SETOF esrc.event in materialize mode: rows
  * go from the scan into the function's tuplestore, which spills to disk
@@ -67,7 +67,6 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
-#include "utils/rls.h"
 #include "utils/snapmgr.h"
 
 #include "esrc.h"
@@ -101,18 +100,17 @@ struct EsrcLogScan
 /*
  * The caller must be allowed to read every column of esrc.events, as a
  * SELECT of the whole row would require: table privilege, or column
- * privilege on all columns.
+ * privilege on all columns (logaccess.c, the check every path that
+ * delivers events makes).
  */
 static void
 check_read_privilege(Relation rel)
 {
-	Oid			relid = RelationGetRelid(rel);
-	Oid			userid = GetUserId();
+	EsrcLogAccess access = esrc_log_access(GetUserId());
 
-	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK &&
-		pg_attribute_aclcheck_all(relid, userid, ACL_SELECT, ACLMASK_ALL) != ACLCHECK_OK)
+	if (access == ESRC_LOG_NO_SELECT)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, RelationGetRelationName(rel));
-	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
+	if (access == ESRC_LOG_RLS)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("esrc.events must not have row-level security"),

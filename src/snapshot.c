@@ -84,6 +84,10 @@
  * call that undoes any setting made in it (apply_to_all).  create/rebuild
  * write the table the same way; load/snapshot_at/rebuild run reducers the
  * same way.  Only writes to esrc.snapshots run as the catalog's owner.
+ * The owner must also be allowed to read every event of the log when a
+ * reducer would get one (logaccess.c): snap_raise_if_broken, called before
+ * every apply, fill, rebuild and snapshot_at, refuses with 42501 when it
+ * may not.
  * All SQL built here quotes identifiers and qualifies operators.
  *
  * Caching.  Definitions are cached per backend, keyed by category, with
@@ -642,6 +646,14 @@ snap_get_def(Oid relid)
 	return def;
 }
 
+/*
+ * Refuse to apply, fill, rebuild or read a snapshot that is broken, or
+ * whose owner may not read the log now (logaccess.c, 42501): its reducer
+ * and its table would get events the owner may not see.  The definition
+ * cache is kept across transactions, so the owner's right is asked here,
+ * at each use (answered from logaccess.c's per-transaction cache), not
+ * when the cache is built.
+ */
 void
 snap_raise_if_broken(SnapshotDef *def)
 {
@@ -653,6 +665,10 @@ snap_raise_if_broken(SnapshotDef *def)
 				 def->broken_code == ERRCODE_UNDEFINED_TABLE ?
 				 errhint("Delete the row of snapshot %u from esrc.snapshots.", def->relid) :
 				 errhint("Fix the cause, or drop the snapshot with esrc.drop_snapshot() and create it again.")));
+	if (esrc_log_access(def->owner) != ESRC_LOG_READABLE)
+		esrc_check_log_readable(def->owner,
+								psprintf("The reducer of snapshot \"%s\" runs as the owner of its table and is given events of category \"%s\"; its table holds what it computes from them.",
+										 def->relname, def->category));
 }
 
 /* Prepare the SQL of a snapshot table (inside an SPI connection). */
