@@ -77,6 +77,9 @@
 
 #include "esrc.h"
 
+/* esrc.max_event_size (defined by esrc.c) */
+int			esrc_max_event_size = ESRC_DEFAULT_MAX_EVENT_SIZE;
+
 PG_FUNCTION_INFO_V1(esrc_append);
 PG_FUNCTION_INFO_V1(esrc_append_batch);
 

@@ -55,7 +55,7 @@
  */
 #define ESRC_DEFAULT_MAX_EVENT_SIZE	(960 * 1024)
 
-/* GUC variables (esrc.c) */
+/* esrc.max_event_size: append.c's, defined as a GUC by esrc.c */
 extern int	esrc_max_event_size;
 
 /*
@@ -91,8 +91,8 @@ typedef struct EsrcInflightSlot
 } EsrcInflightSlot;
 
 /*
- * The one shared-memory struct of esrc.  (The forwarders' status slots
- * are a struct of their own, fwdstatus.c.)
+ * The in-flight registry in shared memory (order.c's).  (Every subsystem
+ * that keeps state in shared memory has a struct of its own.)
  */
 typedef struct EsrcSharedState
 {
@@ -118,8 +118,22 @@ esrc_unix_us(TimestampTz t)
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
 }
 
-/* esrc.c */
+/*
+ * catalog.c: the shared memory is there (esrc.c sets the flag); the
+ * extension's schema, relations and their owner; the type esrc.event; a
+ * function by identity (InvalidOid if none); the body of the append-only
+ * triggers of esrc's records.
+ */
+extern bool esrc_shmem_attached;
 extern void esrc_require_shared(void);
+extern Oid	esrc_schema_oid(void);
+extern Oid	esrc_relation_oid(const char *relname);
+extern Oid	esrc_relation_owner(Oid relid);
+extern Oid	esrc_event_type_oid(void);
+extern Oid	esrc_lookup_function(const char *identity);
+extern esrc_noreturn void esrc_refuse_change(FunctionCallInfo fcinfo, const char *fname,
+											 const char *table, const char *record,
+											 const char *detail);
 
 /*
  * fwdconf.c: the forwarders' GUCs and launcher; fwdstatus.c: their status
@@ -158,7 +172,7 @@ extern void esrc_forwarder_check_category(const char *category);
 
 /* order.c */
 extern Size esrc_order_shmem_size(void);
-extern void esrc_order_shmem_init(bool found);
+extern void esrc_order_shmem_init(void);
 extern int64 esrc_allocate_position(Oid seqoid, const char *category);
 extern int64 esrc_safe_position(Oid seqoid);
 extern int64 esrc_sequence_last_value(Oid seqoid);
@@ -331,10 +345,6 @@ extern char *esrc_log_access_problem(Oid role, EsrcLogAccess access);
 extern char *esrc_log_access_fix(Oid role, EsrcLogAccess access);
 extern void esrc_check_log_readable(Oid role, const char *why);
 
-/* projection.c: the type esrc.event; a function by identity (InvalidOid if none) */
-extern Oid	esrc_event_type_oid(void);
-extern Oid	esrc_lookup_function(const char *identity);
-
 /*
  * lifecycle.c: esrc.erase_stream() replaces the data of every event of the
  * stream with this JSON and its metadata with NULL (docs/lifecycle.md);
@@ -505,17 +515,7 @@ extern void esrc_metrics_conflict(void);
 extern void esrc_metrics_forwarded(int records);
 extern void esrc_metrics_forwarder_error(void);
 
-/* catalog lookups (esrc.c) */
-extern Oid	esrc_schema_oid(void);
-extern Oid	esrc_relation_oid(const char *relname);
-extern Oid	esrc_relation_owner(Oid relid);
-
 /* append.c: the 40001 of an append (or erase) over an event its snapshot misses */
 extern esrc_noreturn void esrc_concurrent_append_error(const char *stream);
-
-/* esrc.c: the body of the append-only triggers of esrc's records */
-extern esrc_noreturn void esrc_refuse_change(FunctionCallInfo fcinfo, const char *fname,
-											 const char *table, const char *record,
-											 const char *detail);
 
 #endif							/* ESRC_H */

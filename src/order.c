@@ -231,17 +231,24 @@ static bool esrc_callback_registered = false;
 
 static void esrc_xact_callback(XactEvent event, void *arg);
 
+/* the registry, in shared memory (esrc_order_shmem_init) */
+EsrcSharedState *esrc_shared = NULL;
+
 Size
 esrc_order_shmem_size(void)
 {
-	return mul_size(MaxBackends, sizeof(EsrcInflightSlot));
+	return add_size(offsetof(EsrcSharedState, inflight),
+					mul_size(MaxBackends, sizeof(EsrcInflightSlot)));
 }
 
+/* Attach to (or create) the registry; called with AddinShmemInitLock held. */
 void
-esrc_order_shmem_init(bool found)
+esrc_order_shmem_init(void)
 {
+	bool		found;
 	int			i;
 
+	esrc_shared = ShmemInitStruct("esrc", esrc_order_shmem_size(), &found);
 	if (found)
 		return;
 	pg_atomic_init_u64(&esrc_shared->commit_end, 0);

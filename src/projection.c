@@ -150,18 +150,6 @@ esrc_projection_init(void)
  * ----------------------------------------------------------------
  */
 
-Oid
-esrc_event_type_oid(void)
-{
-	Oid			typid = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-										CStringGetDatum("event"),
-										ObjectIdGetDatum(esrc_schema_oid()));
-
-	if (!OidIsValid(typid))
-		elog(ERROR, "type esrc.event does not exist");
-	return typid;
-}
-
 /*
  * Why funcoid cannot be a handler (or, with reset, a reset function), or
  * NULL if it can.
@@ -745,22 +733,6 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
  * Triggers
  * ----------------------------------------------------------------
  */
-
-/* The function of that identity (schema.name(argtypes)), or InvalidOid. */
-Oid
-esrc_lookup_function(const char *identity)
-{
-	LOCAL_FCINFO(fcinfo, 1);
-	Datum		result;
-
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = CStringGetTextDatum(identity);
-	fcinfo->args[0].isnull = false;
-	result = to_regprocedure(fcinfo);
-	if (fcinfo->isnull)
-		return InvalidOid;
-	return DatumGetObjectId(result);
-}
 
 /*
  * Event trigger on sql_drop and on ALTER FUNCTION/ROUTINE/SCHEMA: a
