@@ -147,17 +147,17 @@ extern void esrc_forwarder_wake(void);
 /* esrc.forwarder_log_batches (fwdconf.c): also read at commit (order.c) */
 extern bool esrc_forwarder_log_batches;
 
-/* projlauncher.c: every database that accepts connections (launchers) */
+/* launch.c, for both launchers: every database that accepts connections */
 extern void esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg),
 								void *arg);
-/* projlauncher.c, for both launchers: a stopped worker and its restart */
+/* launch.c, for both launchers: a stopped worker and its restart */
 #define ESRC_RESTART_DELAY_MS		1000
 #define ESRC_RESTART_DELAY_MAX_MS	60000
 struct BackgroundWorkerHandle;
 extern bool esrc_launched_worker_stopped(struct BackgroundWorkerHandle *handle,
 										 pid_t slot_pid);
 extern int	esrc_restart_delay(int *failures);
-/* projlauncher.c, for both launchers: may a worker start in a database now? */
+/* launch.c, for both launchers: may a worker start in a database now? */
 typedef enum EsrcDbAvailability
 {
 	ESRC_DB_AVAILABLE,			/* it exists and accepts connections */

@@ -34,8 +34,8 @@
  * workers, so a new launcher starts from free slots.
  *
  * Talks to: fwdconf.c (the GUCs, the list), fwdstatus.c (the slots),
- * forwarder.c (the workers it starts), projlauncher.c (the catalog scan
- * it shares with the projections' launcher).
+ * forwarder.c (the workers it starts), launch.c (the catalog scan and
+ * the restarts it shares with the projections' launcher).
  *
  *-------------------------------------------------------------------------
  */
