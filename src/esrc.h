@@ -428,11 +428,33 @@ extern void esrc_redactor_close(EsrcRedactor *r);
 extern bool esrc_rules_first_visible_now(const char *stream, Snapshot snap,
 										 TimestampTz now, int64 *first_visible);
 
-/* scavenge.c: the scavenger's settings and the workers' slice */
+/*
+ * scavenge.c: the scavenger's settings and the workers' slice; the
+ * scavenger is woken at commit (when esrc.scavenge_interval is set) after
+ * a change of the stream rules, through the hook that the subsystem whose
+ * workers run it (projection.c) sets.
+ */
 extern int	esrc_scavenge_interval_s;
 extern int	esrc_scavenge_max_events;
 extern void esrc_scavenge_init(void);
 extern void esrc_scavenge_worker_slice(void);
+extern void (*esrc_scavenger_wake_hook) (void);
+extern void esrc_scavenger_wake_at_commit(void);
+
+/*
+ * rules.c: a stream's current rules, from the cache brought up to date
+ * (for retention.c's set_stream_rules and delete_stream, under the stream
+ * lock); -1 and false mean no such rule.
+ */
+typedef struct EsrcStreamRules
+{
+	int64		truncate_before;	/* -1: none */
+	int64		max_count;		/* -1: none */
+	bool		has_max_age;
+	Interval	max_age;
+	bool		hard_deleted;
+} EsrcStreamRules;
+extern void esrc_rules_current(const char *stream, EsrcStreamRules *rv);
 
 /*
  * rules.c: the stream rules (esrc.stream_rules), as the read paths apply

@@ -105,6 +105,9 @@ projection_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 void
 esrc_projection_init(void)
 {
+	/* the projection workers run the scavenger (scavenge.c) */
+	esrc_scavenger_wake_hook = esrc_projection_wake_at_commit;
+
 	DefineCustomIntVariable("esrc.projection_workers",
 							"Background workers that run projections, per database that has projections.",
 							"0 runs none. Partitions of every projection are spread over the workers of its database.",

@@ -1,16 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * rules.c
- *	  The stream rules of the log's life cycle (issue 16): which events of a
- *	  stream the read functions hide, and which streams refuse appends.
+ *	  The stream rules of the log's life cycle (issue 16), as the log
+ *	  applies them: which events of a stream the read functions hide, and
+ *	  which streams refuse appends.  retention.c's esrc.set_stream_rules()
+ *	  and esrc.delete_stream() write them.
  *
  * This file owns:
- *	 - esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
- *	   reason) and esrc.delete_stream(stream, reason, hard), which write
- *	   esrc.stream_rules (as its owner, through SPI) and record each call in
- *	   esrc.erasures (lifecycle.c); delete_stream first appends the stream's
- *	   tombstone (esrc.deleted, append.c's esrc_append_system_event), the
- *	   first version it leaves visible;
  *	 - the trigger esrc.stream_rules_changed(), which turns every change of
  *	   esrc.stream_rules into a relcache invalidation of the table, sent to
  *	   every backend when the change commits;
@@ -20,7 +16,9 @@
  *	 - the filters the read paths apply (read.c, subscription.c,
  *	   snapread.c) and the hard-delete check of appends (append.c);
  *	 - the same first-visible computation from the table itself, not the
- *	   cache, for the scavenger (esrc_rules_first_visible_now, scavenge.c).
+ *	   cache, for the scavenger (esrc_rules_first_visible_now, scavenge.c);
+ *	 - a stream's current rules from the cache, for retention.c
+ *	   (esrc_rules_current).
  *
  * The rules, exactly (docs/lifecycle.md is the reference):
  *	 - truncate_before T hides versions < T;
@@ -53,9 +51,8 @@
  *	   an append to such a stream marks it there (esrc_rules_check_append),
  *	   under the stream lock.
  *
- * Talks to: read.c (the index scans of a stream), lifecycle.c (SQL as a
- * table's owner, the audit), append.c (the stream lock tag), rulebound.c
- * (append marks, the bounds kept between reads).
+ * Talks to: read.c (the index scans of a stream), append.c (the stream
+ * lock tag), rulebound.c (append marks, the bounds kept between reads).
  *
  *-------------------------------------------------------------------------
  */
@@ -93,10 +90,7 @@
 #include "utils/timestamp.h"
 
 #include "esrc.h"
-#include "projection.h"
 
-PG_FUNCTION_INFO_V1(esrc_set_stream_rules);
-PG_FUNCTION_INFO_V1(esrc_delete_stream);
 PG_FUNCTION_INFO_V1(esrc_stream_rules_changed);
 
 /* the columns of esrc.stream_rules, in the order of src/sql/50_lifecycle.sql */
@@ -728,282 +722,25 @@ esrc_rules_check_append(const char *stream)
 				 errhint("Append to a stream of another name.")));
 }
 
-/* ----------------------------------------------------------------
- * esrc.set_stream_rules, esrc.delete_stream
- * ----------------------------------------------------------------
- */
-
-/* The rules of a stream as the SQL functions handle them. */
-typedef struct RuleValues
-{
-	int64		truncate_before;	/* -1: none */
-	int64		max_count;		/* -1: none */
-	bool		has_max_age;
-	Interval	max_age;
-	bool		hard_deleted;
-} RuleValues;
-
 /*
- * Take the stream lock (as an append does) and return the stream's last
- * version under a new snapshot, which sees what committed before the lock
- * and this transaction's own appends.  A stream without events is an
- * error: a rule on a name nobody appended to is more likely a typo than a
- * plan, and esrc.erase_stream refuses it the same way.
+ * The stream's current rules, from the cache (brought up to date): for
+ * esrc.set_stream_rules and esrc.delete_stream (retention.c), which hold
+ * the stream lock.
  */
-static int64
-lock_stream_head(const char *stream)
-{
-	LOCKTAG		tag;
-	Snapshot	snap;
-	EsrcLogScan *scan;
-	TupleTableSlot *slot;
-	int64		head = -1;
-
-	esrc_name_locktag(&tag, stream, ESRC_STREAM_LOCK_SPACE);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	CommandCounterIncrement();
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	scan = esrc_log_begin_unchecked(ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream),
-									0, PG_INT64_MAX, BackwardScanDirection, snap);
-	if ((slot = esrc_log_next(scan)) != NULL)
-		head = DatumGetInt64(slot->tts_values[Anum_events_version - 1]);
-	esrc_log_end(scan);
-	UnregisterSnapshot(snap);
-	if (head < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("stream \"%s\" does not exist", stream),
-				 errdetail("The stream has no events; rules are set on streams that have some.")));
-	return head;
-}
-
-/* The stream's rules as esrc.erasures.rules records them. */
-static Jsonb *
-rules_json(const RuleValues *rv)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"truncate_before\": ");
-	if (rv->truncate_before >= 0)
-		appendStringInfo(&buf, INT64_FORMAT, rv->truncate_before);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfoString(&buf, ", \"max_count\": ");
-	if (rv->max_count >= 0)
-		appendStringInfo(&buf, INT64_FORMAT, rv->max_count);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfoString(&buf, ", \"max_age\": ");
-	if (rv->has_max_age)
-	{
-		/* ISO 8601, whatever the session's IntervalStyle */
-		struct pg_itm itm;
-		char		iso[MAXDATELEN + 1];
-
-		interval2itm(rv->max_age, &itm);
-		EncodeInterval(&itm, INTSTYLE_ISO_8601, iso);
-		escape_json(&buf, iso);
-	}
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfo(&buf, ", \"hard_deleted\": %s}", rv->hard_deleted ? "true" : "false");
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
-}
-
-/* Write the stream's row of esrc.stream_rules (none if no rules), as its owner. */
-static void
-write_rules(const char *stream, const RuleValues *rv)
-{
-	static const char *delete_sql =
-		"DELETE FROM esrc.stream_rules WHERE stream OPERATOR(pg_catalog.=) $1";
-	static const char *upsert_sql =
-		"INSERT INTO esrc.stream_rules AS r (stream, truncate_before, max_count, max_age, hard_deleted) "
-		"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stream) DO UPDATE SET "
-		"truncate_before = excluded.truncate_before, max_count = excluded.max_count, "
-		"max_age = excluded.max_age, hard_deleted = excluded.hard_deleted, "
-		"set_at = pg_catalog.now()";
-	Oid			owner = esrc_relation_owner(esrc_relation_oid("stream_rules"));
-	Oid			argtypes[5] = {TEXTOID, INT8OID, INT8OID, INTERVALOID, BOOLOID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-
-	values[0] = CStringGetTextDatum(stream);
-	if (rv->truncate_before < 0 && rv->max_count < 0 && !rv->has_max_age &&
-		!rv->hard_deleted)
-	{
-		esrc_run_as_owner(owner, delete_sql, 1, argtypes, values, NULL, SPI_OK_DELETE);
-		return;
-	}
-	values[1] = Int64GetDatum(rv->truncate_before);
-	nulls[1] = rv->truncate_before < 0 ? 'n' : ' ';
-	values[2] = Int64GetDatum(rv->max_count);
-	nulls[2] = rv->max_count < 0 ? 'n' : ' ';
-	values[3] = IntervalPGetDatum(&rv->max_age);
-	nulls[3] = rv->has_max_age ? ' ' : 'n';
-	values[4] = BoolGetDatum(rv->hard_deleted);
-	esrc_run_as_owner(owner, upsert_sql, 5, argtypes, values, nulls, SPI_OK_INSERT);
-}
-
-/* The stream's current rules, from the cache (brought up to date). */
-static void
-current_rules(const char *stream, RuleValues *rv)
+void
+esrc_rules_current(const char *stream, EsrcStreamRules *rv)
 {
 	StreamRule *r;
 
 	rules_refresh();
 	r = find_rule(rules_cache.rules, stream, strlen(stream));
-	memset(rv, 0, sizeof(RuleValues));
+	memset(rv, 0, sizeof(EsrcStreamRules));
 	rv->truncate_before = r ? r->truncate_before : -1;
 	rv->max_count = r ? r->max_count : -1;
 	rv->has_max_age = r ? r->has_max_age : false;
 	if (rv->has_max_age)
 		rv->max_age = r->max_age;
 	rv->hard_deleted = r ? r->hard_deleted : false;
-}
-
-static void
-refuse_negative(const char *what, int64 value, bool zero_too, const char *hint)
-{
-	if (value < 0 || (zero_too && value == 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must %s", what, zero_too ? "be positive" : "not be negative"),
-				 errdetail("The value given was " INT64_FORMAT ".", value),
-				 errhint("%s", hint)));
-}
-
-/*
- * esrc.set_stream_rules(stream, truncate_before, max_count, max_age,
- * reason): replaces the stream's rules; a null argument means no such
- * rule, so a call with all three null clears them.  Refused for a stream
- * deleted permanently.
- */
-Datum
-esrc_set_stream_rules(PG_FUNCTION_ARGS)
-{
-	char	   *stream;
-	char	   *reason;
-	RuleValues	rv;
-	RuleValues	old;
-
-	PreventCommandIfReadOnly("esrc.set_stream_rules()");
-	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
-							 "stream name", ESRC_MAX_STREAM_NAME);
-	memset(&rv, 0, sizeof(rv));
-	rv.truncate_before = PG_ARGISNULL(1) ? -1 : PG_GETARG_INT64(1);
-	if (!PG_ARGISNULL(1))
-		refuse_negative("truncate_before", rv.truncate_before, false,
-						"Use null for no such rule.");
-	rv.max_count = PG_ARGISNULL(2) ? -1 : PG_GETARG_INT64(2);
-	if (!PG_ARGISNULL(2))
-		refuse_negative("max_count", rv.max_count, true,
-						"Use null for no limit; esrc.delete_stream() hides every event.");
-	rv.has_max_age = !PG_ARGISNULL(3);
-	if (rv.has_max_age)
-	{
-		Interval	zero;
-
-		rv.max_age = *PG_GETARG_INTERVAL_P(3);
-		memset(&zero, 0, sizeof(zero));
-		if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(&rv.max_age),
-											  IntervalPGetDatum(&zero))) <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("max_age must be positive"),
-					 errdetail("The value given was %s.",
-							   DatumGetCString(DirectFunctionCall1(interval_out,
-																   IntervalPGetDatum(&rv.max_age)))),
-					 errhint("Use null for no such rule.")));
-	}
-	reason = esrc_check_reason(PG_ARGISNULL(4) ? NULL : PG_GETARG_TEXT_PP(4), "rules change");
-
-	(void) lock_stream_head(stream);
-	current_rules(stream, &old);
-	if (old.hard_deleted)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("stream \"%s\" is deleted permanently", stream),
-				 errdetail("The rules of a stream deleted with hard => true cannot change.")));
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	write_rules(stream, &rv);
-	/* events may be hidden now: the scavenging worker, if off in this database, starts */
-	if (esrc_scavenge_interval_s > 0)
-		esrc_projection_wake_at_commit();
-	esrc_record_erasure("set_stream_rules", stream, 0, reason,
-						(rv.truncate_before < 0 && rv.max_count < 0 && !rv.has_max_age) ?
-						NULL : rules_json(&rv),
-						GetSessionUserId(), GetUserId());
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed");
-	PG_RETURN_VOID();
-}
-
-/*
- * esrc.delete_stream(stream, reason, hard DEFAULT false) -> bigint:
- * appends the stream's tombstone (an esrc.deleted event, data {"hard":
- * true|false}) at the next version, and truncate_before becomes that
- * version (or stays, if higher), so the tombstone is the stream's only
- * visible event; its other rules stay; hard also refuses every later
- * append.  Returns the number of events hidden (the versions before the
- * tombstone); 0 for a stream deleted permanently already (nothing
- * changes, no second tombstone, the call is still recorded).
- */
-Datum
-esrc_delete_stream(PG_FUNCTION_ARGS)
-{
-	char	   *stream;
-	char	   *reason;
-	bool		hard;
-	bool		already_hard;
-	int64		events;
-	RuleValues	rv;
-
-	PreventCommandIfReadOnly("esrc.delete_stream()");
-	stream = esrc_check_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
-							 "stream name", ESRC_MAX_STREAM_NAME);
-	reason = esrc_check_reason(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), "stream is deleted");
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("hard must not be null"),
-				 errhint("Use false for a soft delete, true to refuse every later append.")));
-	hard = PG_GETARG_BOOL(2);
-
-	(void) lock_stream_head(stream);
-	current_rules(stream, &rv);
-	already_hard = rv.hard_deleted;
-	events = 0;
-	if (!already_hard)
-	{
-		/*
-		 * The tombstone (esrc.h) at the next version, under the stream lock
-		 * taken above; it is the stream's first visible event.  None is
-		 * added when the head is the same tombstone already (deleted twice
-		 * with nothing appended in between) or the stream is erased.
-		 */
-		int64		tomb;
-
-		tomb = esrc_append_system_event(stream, ESRC_TYPE_DELETED,
-										DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
-																		   CStringGetDatum(hard ? "{\"hard\": true}" : "{\"hard\": false}"))));
-		events = tomb;			/* the versions before it, all hidden */
-		rv.truncate_before = Max(rv.truncate_before, tomb);
-		rv.hard_deleted = hard;
-	}
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (!already_hard)
-		write_rules(stream, &rv);
-	if (esrc_scavenge_interval_s > 0)
-		esrc_projection_wake_at_commit();
-	esrc_record_erasure("delete_stream", stream, events, reason, rules_json(&rv),
-						GetSessionUserId(), GetUserId());
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed");
-	PG_RETURN_INT64(events);
 }
 
 /*

@@ -110,6 +110,9 @@ PG_FUNCTION_INFO_V1(esrc_scavenge);
 int			esrc_scavenge_interval_s = 0;
 int			esrc_scavenge_max_events = 10000;
 
+/* set by projection.c's init: wake, at commit, the worker that scavenges */
+void		(*esrc_scavenger_wake_hook) (void) = NULL;
+
 typedef struct ScavengeResult
 {
 	int64		streams_visited;
@@ -606,4 +609,16 @@ esrc_scavenge_worker_slice(void)
 		ereport(LOG,
 				(errmsg("esrc scavenger: redacted " INT64_FORMAT " events in " INT64_FORMAT " streams",
 						res.events_redacted, res.streams_redacted)));
+}
+
+/*
+ * After a change of the stream rules: events may be hidden now, so the
+ * worker that scavenges this database (if it is not running) starts at
+ * commit.  Nothing when scavenging is off.
+ */
+void
+esrc_scavenger_wake_at_commit(void)
+{
+	if (esrc_scavenge_interval_s > 0 && esrc_scavenger_wake_hook != NULL)
+		esrc_scavenger_wake_hook();
 }
