@@ -346,13 +346,21 @@ extern char *esrc_log_access_fix(Oid role, EsrcLogAccess access);
 extern void esrc_check_log_readable(Oid role, const char *why);
 
 /*
- * lifecycle.c: esrc.erase_stream() replaces the data of every event of the
- * stream with this JSON and its metadata with NULL (docs/lifecycle.md);
- * append.c's immutability trigger lets exactly that update pass while
- * erase_stream() is making it.
+ * redaction.c: esrc.erase_stream() and the scavenger replace the data of
+ * an event with this JSON and its metadata with NULL (docs/lifecycle.md),
+ * through esrc_redact_row; append.c's immutability trigger lets exactly
+ * that update pass (esrc_erasure_permits) while it is being made.  Is a
+ * stream erased (esrc.erasures)?
  */
 #define ESRC_ERASED_DATA "{\"erased\": true}"
 struct TriggerData;
+struct ResultRelInfo;
+struct EPQState;
+extern Datum esrc_erased_marker(void);
+extern void esrc_redact_row(struct ResultRelInfo *rri, struct EState *estate,
+							struct EPQState *epq, struct TupleTableSlot *oldslot,
+							struct TupleTableSlot *newslot, ItemPointer tid,
+							Datum marker);
 extern bool esrc_erasure_permits(struct TriggerData *trigdata);
 extern bool esrc_is_redacted(Datum data, bool datanull, bool metanull);
 extern bool esrc_stream_erased(const char *stream, Snapshot snap,

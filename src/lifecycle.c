@@ -15,15 +15,12 @@
  *	   forwarder sends it with a null value), removes the stream's rows
  *	   from the snapshot tables of its category, and records the erasure
  *	   in esrc.erasures, all in the caller's transaction;
- *	 - the one exception to the immutability of esrc.events:
- *	   esrc_erasure_permits(), which append.c's trigger asks before it
- *	   refuses an UPDATE;
- *	 - the trigger that keeps esrc.erasures append-only;
- *	 - the answer to "is this stream erased?" (esrc_stream_erased, one
- *	   probe of esrc.erasures' index on stream, and esrc_is_redacted, the
- *	   cheap test that tells the callers when to ask): append.c refuses
- *	   new events for an erased stream, the snapshot code gives it no state
- *	   (snapread.c, snapbuild.c, snaprebuild.c, snapapply.c).
+ *	 - the trigger that keeps esrc.erasures append-only.
+ * The log's side of an erasure is redaction.c's: the one exception to the
+ * immutability of esrc.events (each row is redacted through
+ * esrc_redact_row, which the immutability trigger lets pass), and the
+ * answer to "is this stream erased?" that append.c and the snapshot code
+ * ask.
  *
  * Invariants kept:
  *	 - an event is never removed and no column but data and metadata ever
@@ -32,9 +29,8 @@
  *	 - an UPDATE of esrc.events passes the (ENABLE ALWAYS) immutability
  *	   trigger only while erase_stream() is updating exactly that row
  *	   (same relation, same tuple id) and only if the new row is exactly the
- *	   redaction of the old one.  The window (erase_window) is opened around
- *	   each single-row update and closed in PG_FINALLY, so a user's UPDATE
- *	   is refused even in a transaction that erased a stream;
+ *	   redaction of the old one (redaction.c), so a user's UPDATE is
+ *	   refused even in a transaction that erased a stream;
  *	 - an erase and an append of the same stream serialize on append.c's
  *	   stream lock; the category lock is taken in ShareLock mode as an
  *	   append does, so create_snapshot/drop_snapshot do not run alongside;
@@ -101,83 +97,6 @@ PG_FUNCTION_INFO_V1(esrc_erasures_immutable);
 
 #define LIFECYCLE_SEARCH_PATH "pg_catalog, pg_temp"
 
-/*
- * The row erase_stream() is updating right now, if any.  Set only around
- * one ExecSimpleRelationUpdate() call and reset in PG_FINALLY.
- */
-typedef struct EraseWindow
-{
-	bool		open;
-	Oid			relid;			/* esrc.events */
-	ItemPointerData tid;		/* the row being redacted */
-	Datum		marker;			/* ESRC_ERASED_DATA as jsonb */
-} EraseWindow;
-
-static EraseWindow erase_window;
-
-/* The redacted data, as a jsonb datum in CurrentMemoryContext. */
-static Datum
-erased_marker(void)
-{
-	return DirectFunctionCall1(jsonb_in, CStringGetDatum(ESRC_ERASED_DATA));
-}
-
-static bool
-is_marker(Datum data, Datum marker)
-{
-	return DatumGetBool(DirectFunctionCall2(jsonb_eq, data, marker));
-}
-
-/*
- * Asked by append.c's trigger esrc.events_immutable() for every row
- * UPDATE: may this update pass?  Only if erase_stream() is updating this
- * very row of this relation right now (so a user's UPDATE never passes,
- * not even inside erase_stream's transaction), and only if the new row is
- * the old one with data = ESRC_ERASED_DATA and metadata NULL.
- */
-bool
-esrc_erasure_permits(TriggerData *trigdata)
-{
-	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
-	HeapTuple	oldtup = trigdata->tg_trigtuple;
-	HeapTuple	newtup = trigdata->tg_newtuple;
-	int			i;
-
-	if (!erase_window.open ||
-		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
-		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
-		RelationGetRelid(trigdata->tg_relation) != erase_window.relid ||
-		oldtup == NULL || newtup == NULL ||
-		!ItemPointerEquals(&oldtup->t_self, &erase_window.tid) ||
-		desc->natts != Natts_events)
-		return false;
-
-	for (i = 1; i <= Natts_events; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i - 1);
-		bool		oldnull;
-		bool		newnull;
-		Datum		oldval = heap_getattr(oldtup, i, desc, &oldnull);
-		Datum		newval = heap_getattr(newtup, i, desc, &newnull);
-
-		if (i == Anum_events_data)
-		{
-			if (newnull || !is_marker(newval, erase_window.marker))
-				return false;
-		}
-		else if (i == Anum_events_metadata)
-		{
-			if (!newnull)
-				return false;
-		}
-		else if (oldnull != newnull ||
-				 (!oldnull && !datum_image_eq(oldval, newval, att->attbyval,
-											  att->attlen)))
-			return false;
-	}
-	return true;
-}
 
 /*
  * Run one statement (inside an SPI connection) as owner, in a
@@ -508,19 +427,7 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 		newslot->tts_isnull[Anum_events_metadata - 1] = true;
 		ExecStoreVirtualTuple(newslot);
 
-		erase_window.relid = RelationGetRelid(rel);
-		erase_window.tid = todo[i];
-		erase_window.marker = marker;
-		erase_window.open = true;
-		PG_TRY();
-		{
-			ExecSimpleRelationUpdate(rri, estate, &epq, oldslot, newslot);
-		}
-		PG_FINALLY();
-		{
-			erase_window.open = false;
-		}
-		PG_END_TRY();
+		esrc_redact_row(rri, estate, &epq, oldslot, newslot, &todo[i], marker);
 		ResetPerTupleExprContext(estate);
 		if (cost != NULL)
 			esrc_erase_cost_point(cost, work);
@@ -551,7 +458,7 @@ esrc_redactor_open(EsrcRedactor *r)
 	r->idx = stream_index(r->rri);
 	r->scanslot = ExecInitExtraTupleSlot(r->estate, RelationGetDescr(r->rel),
 										 table_slot_callbacks(r->rel));
-	r->marker = erased_marker();
+	r->marker = esrc_erased_marker();
 }
 
 /*
@@ -713,122 +620,6 @@ esrc_erase_stream(PG_FUNCTION_ARGS)
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_INT64(ntodo);
-}
-
-/* ----------------------------------------------------------------
- * Is a stream erased?  (asked by append.c and the snapshot code)
- * ----------------------------------------------------------------
- */
-
-/* columns of esrc.erasures, in the order of 50_lifecycle.sql */
-#define Anum_erasures_what		2
-#define Anum_erasures_stream		3
-#define Anum_erasures_erased_at		7
-
-/*
- * Is (data, metadata) the redaction erase_stream() writes?  Cheap: the
- * raw sizes are compared first, so a large or TOASTed data is never
- * fetched.  The marker is a constant, built once per backend.
- */
-bool
-esrc_is_redacted(Datum data, bool datanull, bool metanull)
-{
-	static Datum marker = (Datum) 0;
-
-	if (datanull || !metanull)
-		return false;
-	if (marker == (Datum) 0)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		marker = erased_marker();
-		MemoryContextSwitchTo(old);
-	}
-	return datum_image_eq(data, marker, false, -1);
-}
-
-/*
- * Has esrc.erase_stream() erased stream, as snap sees esrc.erasures (rows
- * of esrc.forget_subject, whose stream column is a subject, do not count)?  If
- * so and first_at is not NULL, *first_at is the time of its first erasure.
- * One probe of the index erasures_stream_idx, read directly, as a catalog
- * is read: no privilege on esrc.erasures is needed (load and append
- * callers have none).  Callers look only when they have reason to (no
- * snapshot row, a redacted event), so the cost stays off the common path.
- */
-bool
-esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
-{
-	Relation	rel = table_open(esrc_relation_oid("erasures"), AccessShareLock);
-	Oid			idxoid = get_relname_relid("erasures_stream_idx", esrc_schema_oid());
-	Relation	idx;
-	TupleTableSlot *slot;
-	ScanKeyData key;
-	IndexScanDesc scan;
-	bool		found = false;
-
-	if (!OidIsValid(idxoid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("esrc.erasures has no index erasures_stream_idx"),
-				 errhint("Reinstall the extension; its indexes must not be dropped.")));
-	idx = index_open(idxoid, AccessShareLock);
-	if (idx->rd_rel->relam != BTREE_AM_OID ||
-		idx->rd_index->indkey.values[0] != Anum_erasures_stream ||
-		idx->rd_opcintype[0] != TEXTOID ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_what - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_erasures_erased_at - 1)->atttypid != TIMESTAMPTZOID)
-		elog(ERROR, "esrc.erasures or its index erasures_stream_idx has an unexpected shape");
-	slot = table_slot_create(rel, NULL);
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   idx->rd_indcollation[0], F_TEXTEQ,
-						   CStringGetTextDatum(stream));
-	scan = esrc_index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		bool		isnull;
-		TimestampTz at;
-		text	   *what = DatumGetTextPP(slot_getattr(slot, Anum_erasures_what, &isnull));
-
-		/* the table records rule changes and deletes too; only erasures count */
-		if (VARSIZE_ANY_EXHDR(what) != strlen("erase_stream") ||
-			memcmp(VARDATA_ANY(what), "erase_stream", strlen("erase_stream")) != 0)
-			continue;
-		at = DatumGetTimestampTz(slot_getattr(slot, Anum_erasures_erased_at, &isnull));
-		if (first_at != NULL && (!found || at < *first_at))
-			*first_at = at;
-		found = true;
-		if (first_at == NULL)
-			break;
-	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, AccessShareLock);
-	table_close(rel, AccessShareLock);
-	return found;
-}
-
-/*
- * Raise 55000 if stream is erased (as snap sees esrc.erasures): for load
- * and snapshot_at (appending false), and for an append (true), which an
- * erased stream refuses.
- */
-void
-esrc_check_not_erased(const char *stream, Snapshot snap, bool appending)
-{
-	TimestampTz at;
-
-	if (!esrc_stream_erased(stream, snap, &at))
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("stream \"%s\" was erased", stream),
-			 errdetail("esrc.erase_stream() erased it at %s; its events are redacted and it has no snapshot state.",
-					   timestamptz_to_str(at)),
-			 appending ?
-			 errhint("An erased stream takes no new events; append to a stream with another name.") :
-			 errhint("Treat the stream as deleted; esrc.erasures records when and why it was erased.")));
 }
 
 /* Trigger of esrc.erasures: the record of erasures is append-only. */
