@@ -80,6 +80,9 @@
 /* esrc.max_event_size (defined by esrc.c) */
 int			esrc_max_event_size = ESRC_DEFAULT_MAX_EVENT_SIZE;
 
+/* what the forwarder asks of an append (fwdconf.c sets it); NULL: nothing */
+const EsrcAppendGuard *esrc_append_guard = NULL;
+
 PG_FUNCTION_INFO_V1(esrc_append);
 PG_FUNCTION_INFO_V1(esrc_append_batch);
 
@@ -222,7 +225,7 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 {
 	Size		size = VARSIZE(data) + (metadata ? VARSIZE(metadata) : 0);
 	Size		limit = (Size) esrc_max_event_size;
-	Size		fwd_limit = esrc_forwarder_event_limit();
+	Size		fwd_limit = esrc_append_guard ? esrc_append_guard->text_limit() : 0;
 	Size		text;
 
 	if (fwd_limit > 0 && fwd_limit < limit)
@@ -239,7 +242,7 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 						   esrc_max_event_size, esrc_max_event_size),
 				 errhint("Store large payloads elsewhere and put a reference in the event.")));
 	if (text > limit)
-		esrc_forwarder_refuse_size(index, fwd_limit);
+		esrc_append_guard->refuse_text(index, fwd_limit);
 	if (size > (Size) esrc_max_event_size)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -692,7 +695,8 @@ append_events(char *stream, int nevents, EventInput *events,
 
 	esrc_require_shared();
 	/* an event of a category without a Kafka topic would block forwarding */
-	esrc_forwarder_check_category(category_str);
+	if (esrc_append_guard)
+		esrc_append_guard->check_category(category_str);
 	seqoid = esrc_relation_oid("position_seq");
 
 	lock_stream(stream);

@@ -136,15 +136,17 @@ extern esrc_noreturn void esrc_refuse_change(FunctionCallInfo fcinfo, const char
 											 const char *detail);
 
 /*
- * fwdconf.c: the forwarders' GUCs and launcher; fwdstatus.c: their status
- * slots in shared memory, and esrc_forwarder_wake (at the commit of an
- * append, order.c) which sets the latch of this database's forwarder
+ * fwdconf.c: the forwarders' GUCs and launcher, and what the forwarder
+ * takes part in of an append (esrc_append_guard, esrc_listen_appended);
+ * fwdstatus.c: their status slots in shared memory
  */
 extern void esrc_forwarder_init(void);
 extern Size esrc_forwarder_shmem_size(void);
 extern void esrc_forwarder_shmem_init(void);
-extern void esrc_forwarder_wake(void);
-/* esrc.forwarder_log_batches (fwdconf.c): also read at commit (order.c) */
+/*
+ * esrc.forwarder_log_batches: order.c's, which logs commit times with it;
+ * defined as a GUC by fwdconf.c
+ */
 extern bool esrc_forwarder_log_batches;
 
 /* launch.c, for both launchers: every database that accepts connections */
@@ -165,10 +167,31 @@ typedef enum EsrcDbAvailability
 	ESRC_DB_GONE				/* dropped, or no longer accepts connections */
 } EsrcDbAvailability;
 extern EsrcDbAvailability esrc_database_availability(Oid dbid);
-/* fwdconf.c: what an append may hold when this database is forwarded */
-extern Size esrc_forwarder_event_limit(void);
-extern void esrc_forwarder_refuse_size(int index, Size limit);
-extern void esrc_forwarder_check_category(const char *category);
+/*
+ * append.c: what a subsystem above the log asks of every append, before
+ * anything is locked (set once, from _PG_init; NULL: nothing): the
+ * forwarder (fwdconf.c) refuses a category it could not send, and an
+ * event larger as JSON text than one Kafka record of this database can
+ * carry (text_limit 0: no limit; refuse_text raises the error).
+ */
+typedef struct EsrcAppendGuard
+{
+	void		(*check_category) (const char *category);
+	Size		(*text_limit) (void);
+	void		(*refuse_text) (int index, Size limit);
+} EsrcAppendGuard;
+extern const EsrcAppendGuard *esrc_append_guard;
+
+/*
+ * order.c: the subsystems above the log that learn of the end (commit or
+ * abort) of every transaction that appended, after its positions are
+ * released, with the categories it appended to (their hashes, or overflow:
+ * more than it kept): the forwarder wakes its worker, subscriptions their
+ * long polls.  Registered from _PG_init, called in that order.
+ */
+typedef void (*EsrcAppendedHook) (Oid dbid, const uint64 *hashes, int nhashes,
+								  bool overflow);
+extern void esrc_listen_appended(EsrcAppendedHook hook);
 
 /* order.c */
 extern Size esrc_order_shmem_size(void);

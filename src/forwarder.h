@@ -91,6 +91,9 @@ extern TopicExpansion fwd_expand_topic(const char *template, const char *categor
  */
 extern List *fwd_configured_databases(bool *all);
 
+/* fwdstatus.c: set the latch of this database's forwarder, if one runs */
+extern void esrc_forwarder_wake(void);
+
 /*
  * Status slots in shared memory (fwdstatus.c), one per forwarder worker,
  * esrc.max_forwarders of them.  The launcher (fwdlauncher.c) gives a slot

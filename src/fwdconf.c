@@ -52,7 +52,6 @@ char *esrc_kafka_offsets_topic = NULL;
 char *esrc_kafka_properties = NULL;
 int	esrc_kafka_batch_size = 10000;
 int	esrc_delivery = DELIVERY_EXACTLY_ONCE;
-bool esrc_forwarder_log_batches = false;
 
 /* ----------------------------------------------------------------
  * GUCs
@@ -426,8 +425,8 @@ message_max_bytes(void)
  * The largest data plus metadata, as JSON text, that one Kafka record of
  * this database can carry; 0 when this database is not forwarded.
  */
-Size
-esrc_forwarder_event_limit(void)
+static Size
+forwarder_event_limit(void)
 {
 	int			max;
 
@@ -437,8 +436,8 @@ esrc_forwarder_event_limit(void)
 	return max > RECORD_RESERVE ? (Size) (max - RECORD_RESERVE) : 1;
 }
 
-void
-esrc_forwarder_refuse_size(int index, Size limit)
+static void
+forwarder_refuse_size(int index, Size limit)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -452,8 +451,8 @@ esrc_forwarder_refuse_size(int index, Size limit)
  * Refuse an append to a category whose topic name (esrc.kafka_topic) is
  * not a Kafka topic name, when this database is forwarded.
  */
-void
-esrc_forwarder_check_category(const char *category)
+static void
+forwarder_check_category(const char *category)
 {
 	char		name[TOPIC_BUF_LEN];
 	TopicExpansion ex;
@@ -549,9 +548,29 @@ check_properties(char **newval, void **extra, GucSource source)
  * Called from _PG_init (shared_preload_libraries): define the GUCs and
  * register the launcher (fwdlauncher.c), which starts the workers.
  */
+/* what an append of a forwarded database must fit (append.c asks) */
+static const EsrcAppendGuard forwarder_append_guard = {
+	.check_category = forwarder_check_category,
+	.text_limit = forwarder_event_limit,
+	.refuse_text = forwarder_refuse_size,
+};
+
+/*
+ * At the end of a transaction that appended (order.c): a commit has
+ * events to forward.
+ */
+static void
+forwarder_appended(Oid dbid, const uint64 *hashes, int nhashes, bool overflow)
+{
+	esrc_forwarder_wake();
+}
+
 void
 esrc_forwarder_init(void)
 {
+	esrc_append_guard = &forwarder_append_guard;
+	esrc_listen_appended(forwarder_appended);
+
 	DefineCustomStringVariable("esrc.kafka_brokers",
 							   "Kafka bootstrap servers (host:port, comma separated) the forwarder publishes to.",
 							   "Empty turns forwarding off: events wait in the log.",

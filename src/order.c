@@ -231,8 +231,28 @@ static bool esrc_callback_registered = false;
 
 static void esrc_xact_callback(XactEvent event, void *arg);
 
+/* who learns of the end of a transaction that appended (esrc_listen_appended) */
+#define MAX_APPENDED_HOOKS	4
+static EsrcAppendedHook appended_hooks[MAX_APPENDED_HOOKS];
+static int	nappended_hooks = 0;
+
+/* esrc.forwarder_log_batches (defined by fwdconf.c): log commit times */
+bool		esrc_forwarder_log_batches = false;
+
 /* the registry, in shared memory (esrc_order_shmem_init) */
 EsrcSharedState *esrc_shared = NULL;
+
+/*
+ * Call hook at the end of every transaction that appended (see esrc.h);
+ * from _PG_init, so every backend has the same hooks.
+ */
+void
+esrc_listen_appended(EsrcAppendedHook hook)
+{
+	if (nappended_hooks >= MAX_APPENDED_HOOKS)
+		elog(ERROR, "too many listeners of appends");
+	appended_hooks[nappended_hooks++] = hook;
+}
 
 Size
 esrc_order_shmem_size(void)
@@ -766,8 +786,10 @@ esrc_xact_callback(XactEvent event, void *arg)
 				 */
 				if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
 				{
-					esrc_forwarder_wake();
-					esrc_wake_subscribers(MyDatabaseId, hashes, n, overflow);
+					int			h;
+
+					for (h = 0; h < nappended_hooks; h++)
+						appended_hooks[h] (MyDatabaseId, hashes, n, overflow);
 				}
 				break;
 			}

@@ -61,6 +61,9 @@ PG_FUNCTION_INFO_V1(esrc_stream_partition);
 void
 esrc_subscription_init(void)
 {
+	/* a commit or abort that appended wakes the long polls it concerns */
+	esrc_listen_appended(esrc_wake_subscribers);
+
 	DefineCustomIntVariable("esrc.subscription_lease",
 							"How long a subscription member keeps its partitions without polling or acknowledging.",
 							"A member that neither polls nor acks for this long loses its partitions; another member takes them from their last checkpoint.",
