@@ -3,7 +3,9 @@ EXTENSION    = esrc
 EXTVERSION   = $(shell grep default_version $(EXTENSION).control | sed -e "s/default_version[[:space:]]*=[[:space:]]*'\([^']*\)'/\1/")
 
 MODULE_big   = esrc
-OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+# src/esrc.c (_PG_init) and one folder per subsystem (src/README.md)
+OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
+HEADERS      = $(sort $(wildcard src/*/*.h))
 
 # The install script of the current version is the concatenation of
 # src/sql/NN_*.sql, one file per capability.  The install scripts of
@@ -21,9 +23,12 @@ ifdef ESRC_WERROR
 PG_CFLAGS   += -Werror
 endif
 SHLIB_LINK   = -lrdkafka -lcrypto
+# includes name a folder's face, "log/log.h"; a folder's own private
+# headers are included by their bare name from its files
+PG_CPPFLAGS += -I$(srcdir)/src
 
 # Test builds: make ESRC_TOPIC_CACHE_SIZE=8 lowers the forwarder's topic
-# cache (src/kafkatopic.c) so that one batch can span more topics than it holds.
+# cache (src/forward/kafkatopic.c) so that one batch can span more topics than it holds.
 ifdef ESRC_TOPIC_CACHE_SIZE
 PG_CPPFLAGS += -DESRC_TOPIC_CACHE_SIZE=$(ESRC_TOPIC_CACHE_SIZE)
 endif
@@ -45,5 +50,7 @@ $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) $(EXTENSION).control
 	  echo '\\echo Use "CREATE EXTENSION esrc" to load this file. \\quit'; \
 	  for f in $(SQL_PARTS); do echo; echo "-- from $$f"; cat $$f; done ) > $@
 
-$(OBJS): src/esrc.h
-$(filter src/snap%.o,$(OBJS)): src/snapshotint.h
+# PGXS does not track header dependencies: every object depends on every
+# header of src/, so that a changed header rebuilds what may include it
+# (a stale object once skewed a benchmark series)
+$(OBJS): $(HEADERS)

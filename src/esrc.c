@@ -30,9 +30,12 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 
-#include "esrc.h"
-#include "owners.h"
-#include "projection.h"
+#include "base/base.h"
+#include "log/log.h"
+#include "lifecycle/lifecycle.h"
+#include "subscription/subscription.h"
+#include "forward/forward.h"
+#include "projection/projection.h"
 
 PG_MODULE_MAGIC;
 

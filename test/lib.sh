@@ -33,7 +33,7 @@ ensure_deps() {
     [ -x "$PG_BINDIR/postgres" ]                        || need+=("postgresql-$ESRC_PG")
     [ -f "$("$PG_CONFIG" --includedir-server 2>/dev/null)/postgres.h" ] || need+=("postgresql-server-dev-$ESRC_PG")
     [ -f /usr/include/librdkafka/rdkafka.h ]            || need+=(librdkafka-dev)
-    # libcrypto (OpenSSL) for src/crypto.c; librdkafka-dev pulls it in on Debian
+    # libcrypto (OpenSSL) for src/lifecycle/crypto.c; librdkafka-dev pulls it in on Debian
     [ -f /usr/include/openssl/evp.h ]                   || need+=(libssl-dev)
     [ -f /usr/share/perl5/IPC/Run.pm ]                  || need+=(libipc-run-perl)
     command -v kcat >/dev/null                          || need+=(kcat)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds for the wrong major fail clearly:
-#   1. src/compat.h with PG_VERSION_NUM of an unsupported major (14, 19)
+#   1. src/base/compat.h with PG_VERSION_NUM of an unsupported major (14, 19)
 #      stops with its one #error naming the supported majors, and the
 #      compilation ends there (no cascade of errors on changed APIs);
 #   2. inside a Debian root of another major (test/matrix/run.sh puts the
@@ -24,7 +24,7 @@ trap 'pg_stop "$dir" immediate; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 inc=$("$PG_CONFIG" --includedir-server)
 for v in 140000 190000; do
     printf '#include "postgres.h"\n#undef PG_VERSION_NUM\n#define PG_VERSION_NUM %s\n#include "compat.h"\nint esrc_after_compat = 1;\n' "$v" >"$dir/t$v.c"
-    if gcc -fsyntax-only -I"$ESRC_ROOT/src" -I"$inc" "$dir/t$v.c" 2>"$dir/t$v.err"; then
+    if gcc -fsyntax-only -I"$ESRC_ROOT/src/base" -I"$inc" "$dir/t$v.c" 2>"$dir/t$v.err"; then
         log "FAIL - PG_VERSION_NUM $v compiled"; status=1
     elif grep -q 'error: #error "esrc supports PostgreSQL 15, 16, 17 and 18' "$dir/t$v.err" &&
          [ "$(grep -c 'error:' "$dir/t$v.err")" = 2 ] &&

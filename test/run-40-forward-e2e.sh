@@ -26,7 +26,7 @@ expect "status is running with the broker list and the delivery mode" \
     test "$(fwd_sql "SELECT state || ' ' || brokers || ' ' || delivery FROM esrc.forwarder_status")" \
     = "running $FWD_BROKER exactly_once"
 # librdkafka's main threads (one per producer; exactly_once has two) run
-# 10 nice steps below the worker (src/kafka.c, kafka_new_rk); the worker
+# 10 nice steps below the worker (src/forward/kafka.c, kafka_new_rk); the worker
 # and the other threads it created itself keep the worker's value
 main_threads_niced() {
     local w n t main=0 nice

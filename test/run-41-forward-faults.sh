@@ -12,7 +12,7 @@
 #      came back and while it catches up with batches of 20
 #      (esrc.kafka_batch_size): with such a backlog it keeps two Kafka
 #      transactions in flight, sending a batch while the one before is
-#      committed (see src/kafka.c).
+#      committed (see src/forward/kafka.c).
 # Afterwards a read_committed consumer must see every committed event
 # exactly once, in order (test/forward/check.py).  The worker logs every
 # batch (esrc.forwarder_log_batches): the test also checks that batches

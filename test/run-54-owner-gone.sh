@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The owner of a projection dropped from another database (issue 24,
 # finding 3).  DROP ROLE checks esrc's objects only in the database it runs
-# in (src/owners.c); from a database without esrc it succeeds, and the
+# in (src/projection/owners.c); from a database without esrc it succeeds, and the
 # projection's owner column is then a role OID that no longer exists.
 #   database app (esrc): role owner_bob owns projection "bobs" (a reset
 #     function too) and subscription "bobsub"; the projection applies its

@@ -6,7 +6,7 @@
 # each compared with what the model of the rules says.  Three seeds
 # (ESRC_RULES_SEEDS to change them).
 #
-# Then the bounds that readers keep between reads (src/rulebound.c) under
+# Then the bounds that readers keep between reads (src/log/rulebound.c) under
 # concurrency: 4 pgbench clients append to 20 streams with max_count = 2
 # while 3 others read them (read_stream, read_category) for
 # ESRC_RULES_STRESS_SECONDS (10) and check each read: a stream shows

@@ -16,7 +16,7 @@
 # of appends per CPU second.  Last, where valgrind is installed, the figure
 # that machine noise cannot move: the server stopped, one single-user
 # backend runs BENCH_CG_APPENDS appends (each its own transaction) under
-# callgrind, and the instructions spent in src/metrics.c (inclusive: the
+# callgrind, and the instructions spent in src/base/metrics.c (inclusive: the
 # per-backend counts, the commit callback and its atomic additions) are
 # printed per append and as a share of esrc.append's own instructions.
 # Asserts nothing.
@@ -125,7 +125,7 @@ python3 - "$dir/cg.txt" "$cg_appends" <<'PY'
 import re, sys
 incl = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(?:\S*/)?src/(\w+\.c):(\w+) \[", line)
+    m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(?:\S*/)?src/(?:[a-z]+/)?(\w+\.c):(\w+) \[", line)
     if m and (m.group(2), m.group(3)) not in incl:
         incl[(m.group(2), m.group(3))] = int(m.group(1).replace(",", ""))
 n = int(sys.argv[2])
@@ -136,6 +136,6 @@ metrics = sum(v for (f, fn), v in incl.items()
                                              "metrics_subxact_callback"))
 append = incl.get(("append.c", "esrc_append"), 0) - incl.get(("metrics.c", "esrc_metrics_append"), 0)
 print(f"instructions (callgrind, {n} single-event appends, one backend, each its own transaction):")
-print(f"  esrc.append without counting {append / n:,.0f} per append; counting (src/metrics.c) {metrics / n:,.0f}"
+print(f"  esrc.append without counting {append / n:,.0f} per append; counting (src/base/metrics.c) {metrics / n:,.0f}"
       f" per append = {100.0 * metrics / append:.3f}%: on / off {append / (append + metrics):.4f}x")
 PY

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/scavenge/run.sh: what the scavenger (src/scavenge.c) does and costs,
+# bench/scavenge/run.sh: what the scavenger (src/lifecycle/scavenge.c) does and costs,
 # on a throwaway cluster.
 #
 #   BENCH_SECONDS=5 BENCH_ROUNDS=3 bench/scavenge/run.sh

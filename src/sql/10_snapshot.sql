@@ -1,5 +1,5 @@
 -- Part of the esrc install script (see Makefile): snapshots maintained by
--- triggers (src/snapshot.c).  docs/snapshots.md is the reference.
+-- triggers (src/snapshot/).  docs/snapshots.md is the reference.
 
 ------------------------------------------------------------------------
 -- The catalog of snapshots

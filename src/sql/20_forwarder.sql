@@ -1,5 +1,5 @@
 -- Part of the esrc install script (see Makefile): forwarding events to
--- Kafka (src/forwarder.c and src/fwd*.c, src/kafka*.c, docs/forwarder.md).
+-- Kafka (src/forward/, docs/forwarder.md).
 
 ------------------------------------------------------------------------
 -- The forwarder's state

@@ -1,5 +1,5 @@
 -- Part of the esrc install script (see Makefile): subscriptions for SQL
--- consumers (src/subscription.c, src/sublease.c, src/subwait.c,
+-- consumers (src/subscription/,
 -- docs/subscriptions.md).
 
 ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 -- Part of the esrc install script (see Makefile): projections, handlers
 -- that background workers run over the log exactly once
--- (src/projection.c, src/projworker.c, src/projlauncher.c,
+-- (src/projection/,
 -- docs/projections.md).
 
 ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 -- Part of the esrc install script (see Makefile): the life cycle of the
--- log -- erasing a stream's data, with an audit (src/lifecycle.c,
+-- log -- erasing a stream's data, with an audit (src/lifecycle/erase.c,
 -- docs/lifecycle.md).
 
 ------------------------------------------------------------------------
@@ -81,8 +81,9 @@ REVOKE ALL ON FUNCTION esrc.erasures_immutable(),
 GRANT EXECUTE ON FUNCTION esrc.erase_stream(text, text) TO esrc_admin;
 
 ------------------------------------------------------------------------
--- Stream rules (src/rules.c, docs/lifecycle.md): per stream, which events
--- the read functions hide -- versions below truncate_before, all but the
+-- Stream rules (src/lifecycle/retention.c writes them, src/log/rules.c
+-- applies them; docs/lifecycle.md): per stream, which events the read
+-- functions hide -- versions below truncate_before, all but the
 -- last max_count, those older than max_age -- and whether the stream is
 -- deleted permanently (appends refused).  Written only by
 -- esrc.set_stream_rules and esrc.delete_stream (as the table's owner);
@@ -151,7 +152,7 @@ GRANT EXECUTE ON FUNCTION esrc.set_stream_rules(text, bigint, bigint, interval, 
 
 -- Scrubbing the bytes of erased events: esrc.scrub zeroes the free space
 -- of the pages of esrc.events and of its TOAST table, where VACUUM leaves
--- the bytes of the row versions it removed (src/scrub.c,
+-- the bytes of the row versions it removed (src/lifecycle/scrub.c,
 -- docs/lifecycle.md).  Resumable: the position of the current pass is
 -- kept in esrc.scrub_progress, written by esrc.scrub alone (as the
 -- table's owner); EXECUTE (esrc_admin) is the check.
@@ -183,7 +184,7 @@ REVOKE ALL ON FUNCTION esrc.scrub(integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.scrub(integer, boolean) TO esrc_admin;
 
 ------------------------------------------------------------------------
--- The scavenger (src/scavenge.c, docs/lifecycle.md): esrc.scavenge
+-- The scavenger (src/lifecycle/scavenge.c, docs/lifecycle.md): esrc.scavenge
 -- redacts in place, as esrc.erase_stream does, the events that stream
 -- rules hide, a bounded slice per call (pg_cron), or every
 -- esrc.scavenge_interval in a background worker.  Its position and totals

@@ -1,7 +1,7 @@
 -- Part of the esrc install script (see Makefile): crypto-shredding --
 -- per-subject keys, encryption of event fields at append time, decryption
 -- at read time, and forgetting a subject by destroying its key
--- (src/crypto.c, docs/lifecycle.md "Crypto-shredding").
+-- (src/lifecycle/crypto.c, docs/lifecycle.md "Crypto-shredding").
 
 ------------------------------------------------------------------------
 -- The key table.  One row per subject; written only by esrc.encrypt (a

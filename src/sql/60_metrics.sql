@@ -1,5 +1,5 @@
 -- Part of the esrc install script (see Makefile): metrics for monitoring
--- (src/metrics.c, docs/operations.md "Metrics").
+-- (src/base/metrics.c, docs/operations.md "Metrics").
 
 ------------------------------------------------------------------------
 -- Counters kept in shared memory per database since the server started

@@ -39,7 +39,7 @@ HEX = set("0123456789abcdef")
 
 def valid_traceparent(tp):
     """W3C trace context, as docs/forwarder.md states it (an oracle
-    written apart from src/trace.c)."""
+    written apart from src/log/trace.c)."""
     if not isinstance(tp, str) or not 55 <= len(tp.encode()) <= 512:
         return False
     parts = tp.split("-")

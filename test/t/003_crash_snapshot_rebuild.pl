@@ -3,7 +3,7 @@
 #
 # A snapshot table is filled by reducer v1; the reducer is then replaced
 # by v2 and a rebuild starts, which replays the log into a new heap stream
-# by stream (src/snaprebuild.c).  A gate in v2 (an advisory lock the test
+# by stream (src/snapshot/snaprebuild.c).  A gate in v2 (an advisory lock the test
 # holds) stops the rebuild half way, with the rows of earlier streams
 # already in the new heap, while an append to the category and one to
 # another category commit (the rebuild does not hold appends back).  After

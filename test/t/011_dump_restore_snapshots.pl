@@ -1,4 +1,4 @@
-# pg_dump/pg_restore of a database with snapshot tables (src/snapshot.c).
+# pg_dump/pg_restore of a database with snapshot tables (src/snapshot/snapshot.c).
 #
 # The definitions in esrc.snapshots are dumped with the extension (a
 # configuration table) and the snapshot tables as ordinary tables.  After a

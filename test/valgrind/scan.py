@@ -12,7 +12,8 @@ import re
 import sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'src')
-ESRC_FILES = {f for f in os.listdir(SRC) if f.endswith(('.c', '.h'))} if os.path.isdir(SRC) else set()
+# every .c and .h of src/ and its subsystem folders, by file name
+ESRC_FILES = {f for _, _, fs in os.walk(SRC) for f in fs if f.endswith(('.c', '.h'))}
 LINE = re.compile(r'^==(\d+)== ?(.*)$')
 
 
@@ -55,12 +56,12 @@ def blocks(path):
 
 def is_esrc(frames):
     """Does a frame lie in esrc.so or in one of esrc's source files?  The
-    server runs with --fullpath-after=, so those show as .../src/append.c
+    server runs with --fullpath-after=, so those show as .../src/log/append.c
     (a PostgreSQL file of the same name would be .../src/backend/...)."""
     for fr in frames:
         if 'esrc.so' in fr:
             return True
-        m = re.search(r'\((?:.*/)?src/([^/():]+\.[ch]):\d+\)', fr)
+        m = re.search(r'\((?:.*/)?src/(?:[a-z]+/)?([^/():]+\.[ch]):\d+\)', fr)
         if m and m.group(1) in ESRC_FILES:
             return True
         m = re.search(r'\(([^/():]+\.[ch]):\d+\)', fr)

@@ -1,0 +1,80 @@
+/*-------------------------------------------------------------------------
+ *
+ * base.h
+ *	  The face of src/base/: what every subsystem may use.  catalog.c
+ *	  (the extension's own objects, the shared-memory check, the
+ *	  append-only triggers' refusal), launch.c (what both launchers share),
+ *	  metrics.c (the counters of esrc.metrics), and the version differences
+ *	  of PostgreSQL (compat.h, included here).  Nothing in base/ calls a
+ *	  subsystem.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ESRC_BASE_BASE_H
+#define ESRC_BASE_BASE_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "compat.h"
+#include "datatype/timestamp.h"
+
+/* A TimestampTz as microseconds since the Unix epoch (0 stays 0), for logs. */
+static inline int64
+esrc_unix_us(TimestampTz t)
+{
+	if (t == 0)
+		return 0;
+	return (int64) t +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
+/*
+ * catalog.c: the shared memory is there (esrc.c sets the flag); the
+ * extension's schema, relations and their owner; the type esrc.event; a
+ * function by identity (InvalidOid if none); the body of the append-only
+ * triggers of esrc's records.
+ */
+extern bool esrc_shmem_attached;
+extern void esrc_require_shared(void);
+extern Oid	esrc_schema_oid(void);
+extern Oid	esrc_relation_oid(const char *relname);
+extern Oid	esrc_relation_owner(Oid relid);
+extern Oid	esrc_event_type_oid(void);
+extern Oid	esrc_lookup_function(const char *identity);
+extern esrc_noreturn void esrc_refuse_change(FunctionCallInfo fcinfo, const char *fname,
+											 const char *table, const char *record,
+											 const char *detail);
+
+/* launch.c, for both launchers: every database that accepts connections */
+extern void esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg),
+								void *arg);
+/* launch.c, for both launchers: a stopped worker and its restart */
+#define ESRC_RESTART_DELAY_MS		1000
+#define ESRC_RESTART_DELAY_MAX_MS	60000
+struct BackgroundWorkerHandle;
+extern bool esrc_launched_worker_stopped(struct BackgroundWorkerHandle *handle,
+										 pid_t slot_pid);
+extern int	esrc_restart_delay(int *failures);
+/* launch.c, for both launchers: may a worker start in a database now? */
+typedef enum EsrcDbAvailability
+{
+	ESRC_DB_AVAILABLE,			/* it exists and accepts connections */
+	ESRC_DB_BUSY,				/* DROP/ALTER DATABASE holds it: ask again later */
+	ESRC_DB_GONE				/* dropped, or no longer accepts connections */
+} EsrcDbAvailability;
+extern EsrcDbAvailability esrc_database_availability(Oid dbid);
+
+/*
+ * metrics.c: counters for esrc.metrics, per database in shared memory.
+ * The append path's are counted at commit; the others at once.
+ */
+extern bool esrc_track_metrics;
+extern void esrc_metrics_init(void);
+extern Size esrc_metrics_shmem_size(void);
+extern void esrc_metrics_shmem_init(void);
+extern void esrc_metrics_append(int nevents, bool idempotent);
+extern void esrc_metrics_conflict(void);
+extern void esrc_metrics_forwarded(int records);
+extern void esrc_metrics_forwarder_error(void);
+
+#endif							/* ESRC_BASE_BASE_H */

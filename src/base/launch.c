@@ -1,0 +1,156 @@
+/*-------------------------------------------------------------------------
+ *
+ * launch.c
+ *	  What both launchers (projlauncher.c for the projection workers,
+ *	  fwdlauncher.c for the forwarders) share: the scan of the databases
+ *	  that accept connections, whether a database is still there before a
+ *	  worker is started in it, whether a launched worker has stopped, and
+ *	  the back-off before a failed worker starts again.
+ *
+ * Each runs in a launcher: a background worker connected to no database,
+ * which may start transactions of its own to read the shared catalog
+ * pg_database.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "utils/snapmgr.h"
+
+#include "base/base.h"
+
+/* May workers connect to this database (not a template, not invalid)? */
+static bool
+accepts_workers(Form_pg_database db)
+{
+	/* -2: a database left invalid by an interrupted DROP DATABASE (16+) */
+	return db->datallowconn && !db->datistemplate && db->datconnlimit != -2;
+}
+
+/*
+ * Call fn for every database that accepts connections (not a template,
+ * not left invalid by an interrupted DROP DATABASE), in a transaction of
+ * its own.  Shared with the forwarders' launcher (fwdlauncher.c); the
+ * caller is a background worker connected to no database.
+ */
+void
+esrc_scan_databases(void (*fn) (Oid dbid, const char *name, void *arg), void *arg)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		if (accepts_workers(db))
+			fn(db->oid, NameStr(db->datname), arg);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
+ * For both launchers, before they start a worker in database dbid: is it
+ * still there?  A worker started in a dropped database dies at once with
+ * "FATAL: database ... does not exist", and one stopped by DROP DATABASE
+ * ... WITH (FORCE) would be started again for ever; so each start asks.
+ *
+ * DROP DATABASE holds an AccessExclusiveLock on the database from before
+ * it terminates the database's backends until it commits, and a backend
+ * connecting waits for that lock (postinit.c).  So a launcher that cannot
+ * have the lock at once does not start the worker now (ESRC_DB_BUSY: the
+ * caller asks again after a delay): started, it would wait for the drop
+ * and die.  With the lock, the catalog row read under a snapshot taken
+ * after it is the truth: no row, or a database that takes no connections,
+ * is ESRC_DB_GONE.  Runs a transaction of its own; the caller is a
+ * background worker connected to no database.
+ */
+EsrcDbAvailability
+esrc_database_availability(Oid dbid)
+{
+	EsrcDbAvailability result = ESRC_DB_GONE;
+	LOCKTAG		tag;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, dbid, 0);
+	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		CommitTransactionCommand();
+		return ESRC_DB_BUSY;
+	}
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		if (db->oid == dbid)
+		{
+			result = accepts_workers(db) ? ESRC_DB_AVAILABLE : ESRC_DB_GONE;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();	/* releases the lock */
+	return result;
+}
+
+/*
+ * For both launchers (this one and fwdlauncher.c): has the worker of a
+ * launcher's slot stopped?  Its handle says so; without one (the worker
+ * was started by a launcher before this one, which the postmaster
+ * restarted) the slot's pid does, which the worker clears as it exits.
+ */
+bool
+esrc_launched_worker_stopped(BackgroundWorkerHandle *handle, pid_t slot_pid)
+{
+	pid_t		pid;
+
+	if (handle != NULL)
+		return GetBackgroundWorkerPid(handle, &pid) == BGWH_STOPPED;
+	return slot_pid == 0;
+}
+
+/*
+ * For both launchers: a worker that stopped on an error starts again after
+ * ESRC_RESTART_DELAY_MS, doubling with each failure in a row up to
+ * ESRC_RESTART_DELAY_MAX_MS (a dropped database, say, is not asked every
+ * second).  Counts the failure; returns the delay in milliseconds.
+ */
+int
+esrc_restart_delay(int *failures)
+{
+	int			delay = ESRC_RESTART_DELAY_MS;
+	int			n;
+
+	for (n = 0; n < *failures && delay < ESRC_RESTART_DELAY_MAX_MS; n++)
+		delay *= 2;
+	(*failures)++;
+	return Min(delay, ESRC_RESTART_DELAY_MAX_MS);
+}

@@ -1,0 +1,51 @@
+/*-------------------------------------------------------------------------
+ *
+ * projectionint.h
+ *	  Private to src/projection/: the settings, the launcher and
+ *	  worker entry points (projlauncher.c, projworker.c), the wake-up of a
+ *	  database's workers, and the handler context shared by the worker and
+ *	  reset_projection (projection.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ESRC_PROJECTIONINT_H
+#define ESRC_PROJECTIONINT_H
+
+#include "fmgr.h"
+
+#include "projection/projection.h"
+
+/* settings (projection.c) */
+extern int	esrc_projection_workers;
+extern int	esrc_projection_max_attempts;
+extern int	esrc_projection_retry_delay_ms;
+extern int	esrc_projection_retry_max_delay_ms;
+extern int	esrc_projection_batch_delay_ms;
+
+/* the search_path handlers run with */
+#define PROJECTION_SEARCH_PATH	"pg_catalog, pg_temp"
+
+/* projlauncher.c */
+extern void esrc_projection_register_launcher(void);
+extern void esrc_projection_wake(Oid dbid);
+extern int	esrc_projection_db_workers(void);
+extern PGDLLEXPORT void esrc_projection_launcher_main(Datum arg);
+/* a worker: its slot, what it does at exit */
+extern void esrc_projection_worker_attach(int slot, Oid *dbid, int *number);
+extern uint64 esrc_projection_wake_seq(void);
+extern void esrc_projection_worker_exit_idle(uint64 checked_seq);	/* does not return */
+
+/* projworker.c */
+extern PGDLLEXPORT void esrc_projection_worker_main(Datum arg);
+
+/* projection.c */
+/* the projection whose handler this backend is calling (projworker.c), 0 = none */
+extern int64 esrc_running_projection;
+extern const char *esrc_handler_problem(Oid funcoid, bool reset);
+extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg);
+extern void esrc_projection_wake_at_commit(void);
+/* esrc.drop_projection, whose code DROP OWNED runs (owners.c) */
+extern Datum esrc_drop_projection(PG_FUNCTION_ARGS);
+extern bool esrc_projection_owner_reads(int64 id, const char *name, Oid owner);
+
+#endif							/* ESRC_PROJECTIONINT_H */
