@@ -87,7 +87,8 @@
  * The owner must also be allowed to read every event of the log when a
  * reducer would get one (logaccess.c): snap_raise_if_broken, called before
  * every apply, fill, rebuild and snapshot_at, refuses with 42501 when it
- * may not.
+ * may not; so must the reducer's own owner when the reducer is SECURITY
+ * DEFINER, as it runs as that role.
  * All SQL built here quotes identifiers and qualifies operators.
  *
  * Caching.  Definitions are cached per backend, keyed by category, with
@@ -652,11 +653,14 @@ snap_get_def(Oid relid)
  * and its table would get events the owner may not see.  The definition
  * cache is kept across transactions, so the owner's right is asked here,
  * at each use (answered from logaccess.c's per-transaction cache), not
- * when the cache is built.
+ * when the cache is built.  A SECURITY DEFINER reducer runs as its own
+ * owner, whose right is asked too.
  */
 void
 snap_raise_if_broken(SnapshotDef *def)
 {
+	Oid			definer;
+
 	if (def->broken_msg != NULL)
 		ereport(ERROR,
 				(errcode(def->broken_code),
@@ -668,6 +672,11 @@ snap_raise_if_broken(SnapshotDef *def)
 	if (esrc_log_access(def->owner) != ESRC_LOG_READABLE)
 		esrc_check_log_readable(def->owner,
 								psprintf("The reducer of snapshot \"%s\" runs as the owner of its table and is given events of category \"%s\"; its table holds what it computes from them.",
+										 def->relname, def->category));
+	definer = esrc_function_runs_as(def->reducer, def->owner);
+	if (definer != def->owner && esrc_log_access(definer) != ESRC_LOG_READABLE)
+		esrc_check_log_readable(definer,
+								psprintf("The reducer of snapshot \"%s\" is SECURITY DEFINER: it runs as its own owner and is given events of category \"%s\".",
 										 def->relname, def->category));
 }
 
