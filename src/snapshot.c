@@ -96,7 +96,9 @@
  * relcache invalidation of esrc.snapshots (the catalog triggers send one for
  * every change) or of a snapshot table, and on any change of pg_proc,
  * pg_namespace, pg_authid or pg_auth_members (reducer replaced, renamed,
- * privileges), so every session sees a change at its next append.  While a
+ * privileges), so every session sees a change at its next append.  The
+ * reducers are found as the catalog's owner (lookup_reducer), whoever
+ * builds the cache.  While a
  * reducer runs ("busy"), none of the functions here may be entered again:
  * that keeps the cache from being freed under a caller.
  *
@@ -425,6 +427,32 @@ set_broken(SnapshotDef *def, int code, char *msg, char *detail)
 	def->broken_detail = detail;
 }
 
+/*
+ * The reducer of a definition, by its qualified identity, looked up as the
+ * owner of esrc.snapshots.  A session caches every definition at once,
+ * the first time it needs one, as whatever role it runs as: a writer that
+ * may not use the schema of some snapshot's reducer got "permission denied
+ * for schema" from the lookup, on appends to every category.  Finding the
+ * function is no privilege: the reducer runs as the table's owner, who
+ * needs EXECUTE on it (load_def).  On error, the caller's (sub)transaction
+ * abort restores the user.
+ */
+static Oid
+lookup_reducer(const char *identity)
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			reducer;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(catalog_owner(esrc_relation_oid("snapshots")),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	reducer = esrc_lookup_function(identity);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	return reducer;
+}
+
 /* Fill *def from a row of esrc.snapshots (CurrentMemoryContext = cache). */
 static void
 load_def(SnapshotDef *def, Datum *values)
@@ -457,7 +485,7 @@ load_def(SnapshotDef *def, Datum *values)
 	def->owner = relform->relowner;
 	ReleaseSysCache(tp);
 
-	def->reducer = esrc_lookup_function(def->reducer_name);
+	def->reducer = lookup_reducer(def->reducer_name);
 	if (!OidIsValid(def->reducer))
 	{
 		set_broken(def, ERRCODE_UNDEFINED_FUNCTION,
