@@ -152,6 +152,19 @@ SELECT esrc.drop_subscription('rr_sub');
 RESET ROLE;
 
 ------------------------------------------------------------------------
+-- esrc.streams reads the log with the caller's rights (security_invoker):
+-- row-level security on esrc.events applies to it as to any query.
+------------------------------------------------------------------------
+SET ROLE rr_owner;
+SELECT count(*) > 0 AS some_streams FROM esrc.streams;
+RESET ROLE;
+ALTER TABLE esrc.events ENABLE ROW LEVEL SECURITY;
+SET ROLE rr_owner;
+SELECT count(*) AS streams_under_rls FROM esrc.streams;
+RESET ROLE;
+ALTER TABLE esrc.events DISABLE ROW LEVEL SECURITY;
+
+------------------------------------------------------------------------
 -- decrypt: EXECUTE alone does not open an envelope.
 ------------------------------------------------------------------------
 SELECT esrc.encrypt('rr-subject', 'email', '"rr@example.com"') AS envelope \gset
