@@ -949,3 +949,7 @@ COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a c
 COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}.';
 COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
 GRANT SELECT ON esrc.metrics TO esrc_reader;
+
+-- esrc.streams reads esrc.events with the caller's rights, row-level
+-- security included, not with its owner's (issue 24 review; 00_core.sql).
+ALTER VIEW esrc.streams SET (security_invoker = true);

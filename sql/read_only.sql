@@ -110,6 +110,20 @@ FROM ro_before;
 -- and a read-write transaction still writes
 SELECT esrc.append('ro-1', 'Added', '{"n": 1}', expected_version => 0);
 
+-- DROP OWNED, which takes the role out of esrc's subscriptions before
+-- PostgreSQL drops its objects, is refused under its own name, as
+-- PostgreSQL refuses it, and changes nothing
+SELECT esrc.grant_subscription('ro_sub', 'ro_consumer');
+BEGIN READ ONLY;
+DROP OWNED BY ro_consumer;
+ROLLBACK;
+SET default_transaction_read_only = on;
+DROP OWNED BY ro_consumer;
+RESET default_transaction_read_only;
+SELECT consumers::regrole[] FROM esrc.subscriptions WHERE name = 'ro_sub';
+DROP OWNED BY ro_consumer;
+SELECT consumers::regrole[] FROM esrc.subscriptions WHERE name = 'ro_sub';
+
 SELECT esrc.drop_projection('ro_proj');
 SELECT esrc.drop_subscription('ro_sub');
 SELECT esrc.drop_snapshot('ro_total');

@@ -152,6 +152,19 @@ SELECT esrc.drop_subscription('rr_sub');
 RESET ROLE;
 
 ------------------------------------------------------------------------
+-- esrc.streams reads the log with the caller's rights (security_invoker):
+-- row-level security on esrc.events applies to it as to any query.
+------------------------------------------------------------------------
+SET ROLE rr_owner;
+SELECT count(*) > 0 AS some_streams FROM esrc.streams;
+RESET ROLE;
+ALTER TABLE esrc.events ENABLE ROW LEVEL SECURITY;
+SET ROLE rr_owner;
+SELECT count(*) AS streams_under_rls FROM esrc.streams;
+RESET ROLE;
+ALTER TABLE esrc.events DISABLE ROW LEVEL SECURITY;
+
+------------------------------------------------------------------------
 -- decrypt: EXECUTE alone does not open an envelope.
 ------------------------------------------------------------------------
 SELECT esrc.encrypt('rr-subject', 'email', '"rr@example.com"') AS envelope \gset
@@ -167,12 +180,59 @@ SET ROLE rr_decrypter;
 SELECT esrc.decrypt('rr-subject', 'email', :'envelope');
 RESET ROLE;
 
+------------------------------------------------------------------------
+-- SECURITY DEFINER: a reducer or handler that runs as its own owner gives
+-- that role the events, so that role's right is checked too, at every
+-- delivery (ALTER FUNCTION ... SECURITY DEFINER later is seen).
+------------------------------------------------------------------------
+CREATE ROLE rr_definer LOGIN IN ROLE esrc_reader;
+CREATE SCHEMA rrd AUTHORIZATION rr_definer;
+GRANT USAGE ON SCHEMA rrd TO rr_owner;
+SET ROLE rr_definer;
+CREATE TABLE rrd.loot ("position" bigint, data jsonb);
+CREATE FUNCTION rrd.keep(state jsonb, event esrc.event) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    AS $$ BEGIN INSERT INTO rrd.loot VALUES (event.position, event.data); RETURN state; END $$;
+CREATE FUNCTION rrd.on_event(event esrc.event) RETURNS void
+    LANGUAGE sql BEGIN ATOMIC SELECT; END;
+RESET ROLE;
+SET ROLE rr_owner;
+SELECT esrc.create_snapshot('rr.defined', 'rrdef', 'rrd.keep(jsonb, esrc.event)');
+SELECT esrc.create_projection('rr_defproj', 'rrd.on_event(esrc.event)', ARRAY['rrdef']) > 0 AS created;
+SELECT esrc.projection_pause('rr_defproj');
+RESET ROLE;
+SELECT esrc.append('rrdef-1', 'Opened', '{"secret": 1}') IS NOT NULL AS appended;
+REVOKE esrc_reader FROM rr_definer;
+-- the reducer would give the next event to rr_definer: the append fails,
+-- and nothing reaches rr_definer's table
+SELECT esrc.append('rrdef-1', 'Changed', '{"secret": 2}');
+SELECT esrc.rebuild_snapshot('rr.defined');
+SELECT data FROM rrd.loot ORDER BY "position";
+-- a handler made SECURITY DEFINER after the projection was created
+ALTER FUNCTION rrd.on_event(esrc.event) SECURITY DEFINER;
+SET ROLE rr_owner;
+SELECT esrc.projection_resume('rr_defproj');
+SELECT esrc.reset_projection('rr_defproj');
+SELECT esrc.create_projection('rr_defproj2', 'rrd.on_event(esrc.event)', ARRAY['rrdef']);
+RESET ROLE;
+-- with the right back, all of it works
+GRANT esrc_reader TO rr_definer;
+SELECT esrc.append('rrdef-1', 'Changed', '{"secret": 2}') IS NOT NULL AS appended;
+SELECT data FROM rrd.loot ORDER BY "position";
+SET ROLE rr_owner;
+SELECT esrc.reset_projection('rr_defproj');
+SELECT esrc.projection_resume('rr_defproj');
+SELECT esrc.drop_projection('rr_defproj');
+SELECT esrc.drop_snapshot('rr.defined');
+RESET ROLE;
+
 -- clean up
 SELECT esrc.drop_snapshot('rr.kept');
 DROP SCHEMA rr CASCADE;
+DROP SCHEMA rrd CASCADE;
 REVOKE ALL ON SCHEMA esrc FROM rr_owner, rr_decrypter;
 REVOKE ALL ON FUNCTION esrc.decrypt(text, text, jsonb) FROM rr_decrypter;
 REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
                        esrc.rebuild_snapshot(text), esrc.drop_snapshot(text)
     FROM rr_owner;
-DROP ROLE rr_owner, rr_writer, rr_decrypter;
+DROP ROLE rr_owner, rr_writer, rr_decrypter, rr_definer;

@@ -124,6 +124,32 @@ DROP TABLE snap_app.who;
 RESET ROLE;
 SELECT count(*) AS definitions FROM esrc.snapshots WHERE category = 'snapwho';
 
+-- Every session caches all the definitions at once, the first time it
+-- needs one: a writer without USAGE on the schema of some snapshot's
+-- reducer still appends, to that snapshot's category and to any other
+-- (the reducer runs as the table's owner, who may use it).
+CREATE ROLE snap_hider LOGIN IN ROLE esrc_reader;
+CREATE SCHEMA snap_hidden AUTHORIZATION snap_hider;
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+                          esrc.drop_snapshot(text) TO snap_hider;
+SET ROLE snap_hider;
+CREATE FUNCTION snap_hidden.count(state jsonb, event esrc.event) RETURNS jsonb
+    LANGUAGE sql RETURN jsonb_build_object('n', coalesce((state->>'n')::int, 0) + 1);
+SELECT esrc.create_snapshot('snap_hidden.counted', 'snaphidden', 'snap_hidden.count(jsonb, esrc.event)');
+RESET ROLE;
+SET ROLE snap_writer;
+SELECT esrc.append('snapelse-1', 'Any', '{}') IS NOT NULL AS other_category;
+SELECT esrc.append('snaphidden-1', 'Any', '{}') IS NOT NULL AS its_category;
+RESET ROLE;
+SELECT stream, version, state FROM snap_hidden.counted;
+SET ROLE snap_hider;
+SELECT esrc.drop_snapshot('snap_hidden.counted');
+RESET ROLE;
+DROP SCHEMA snap_hidden CASCADE;
+REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+                       esrc.drop_snapshot(text) FROM snap_hider;
+DROP ROLE snap_hider;
+
 REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
                        esrc.rebuild_snapshot(text), esrc.drop_snapshot(text)
     FROM snap_owner, snap_writer, snap_nobody;

@@ -16,6 +16,11 @@
 #     once, in order per stream, the 42501 gone from the status.
 # Appends go on meanwhile on another category, which a second projection
 # (owned by a role that keeps its rights) follows undisturbed.
+# A SECURITY DEFINER handler runs as its own owner: bob's projection
+# "definer" over category "dfn" calls carol's SECURITY DEFINER function,
+# which copies each event into carol's table; REVOKE esrc_reader FROM
+# carol pauses it (42501, last_error naming carol) and nothing more
+# reaches her table, though bob keeps his rights.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -138,4 +143,36 @@ wait_for "counter, owned by bob, followed its category throughout" \
 grep -q 'projection "spy": projection paused: role "alice"' "$dir/server.log" \
     || die "no LOG line for the pause in the server log"
 log "ok: the pause is in the server log"
+
+# a SECURITY DEFINER handler: the events reach its owner, carol
+q >/dev/null <<'SQL'
+CREATE ROLE carol LOGIN IN ROLE esrc_reader;
+CREATE SCHEMA carol AUTHORIZATION carol;
+GRANT USAGE ON SCHEMA carol TO bob;
+SET ROLE carol;
+CREATE TABLE carol.loot (stream text, version bigint, data jsonb);
+CREATE FUNCTION carol.copy(event esrc.event) RETURNS void LANGUAGE sql SECURITY DEFINER
+    BEGIN ATOMIC INSERT INTO carol.loot VALUES (event.stream, event.version, event.data); END;
+RESET ROLE;
+SET ROLE bob;
+SELECT esrc.create_projection('definer', 'carol.copy(esrc.event)', ARRAY['dfn']);
+RESET ROLE;
+SQL
+q -c "SELECT esrc.append('dfn-1', 'Noted', jsonb_build_object('n', n)) FROM generate_series(1, 5) n" >/dev/null
+wait_for "carol's handler applied the first 5 events" "(SELECT count(*) FROM carol.loot) = 5"
+q -c "REVOKE esrc_reader FROM carol"
+q -c "SELECT esrc.append('dfn-1', 'Noted', jsonb_build_object('n', n)) FROM generate_series(6, 10) n" >/dev/null
+wait_for "definer paused, 42501, naming carol" \
+    "(SELECT bool_and(state = 'paused' AND last_error_sqlstate = '42501'
+                      AND last_error LIKE 'projection paused: role \"carol\", which its SECURITY DEFINER handler runs as, may not read esrc.events.%')
+      FROM esrc.projection_status WHERE projection = 'definer')"
+sleep 1
+check "none of the new events reached carol's table" "(SELECT count(*) FROM carol.loot) = 5"
+st=$(sqlstate_as bob "PERFORM esrc.projection_resume('definer')")
+[ "$st" = 42501 ] || die "projection_resume with carol's right gone: $st, not 42501"
+log "ok: projection_resume refused while carol may not read (42501)"
+q -c "GRANT esrc_reader TO carol"
+q -c "SET ROLE bob; SELECT esrc.projection_resume('definer')" >/dev/null
+wait_for "definer caught up after the resume, every event once" \
+    "(SELECT count(*) FROM carol.loot) = 10 AND (SELECT count(DISTINCT version) FROM carol.loot) = 10"
 log "run-52-revoked-reader: ok"

@@ -200,6 +200,7 @@ extern EsrcLogAccess esrc_log_access(Oid role);
 extern char *esrc_log_access_problem(Oid role, EsrcLogAccess access);
 extern char *esrc_log_access_fix(Oid role, EsrcLogAccess access);
 extern void esrc_check_log_readable(Oid role, const char *why);
+extern Oid	esrc_function_runs_as(Oid funcoid, Oid caller);
 
 /*
  * redaction.c: esrc.erase_stream() and the scavenger replace the data of

@@ -19,7 +19,9 @@
  *
  * The rule is checked when events are delivered, not only when the object
  * that receives them was made: REVOKE esrc_reader FROM a projection's
- * owner stops its handler at the next batch.
+ * owner stops its handler at the next batch.  It applies to the role the
+ * code runs as: a SECURITY DEFINER handler or reducer runs as its own
+ * owner (esrc_function_runs_as), whose right is checked too.
  *
  * Cache: the answer per role is kept for the rest of the transaction (the
  * snapshot trigger asks for every event of every append), and dropped
@@ -37,6 +39,7 @@
 
 #include "miscadmin.h"
 #include "storage/proc.h"
+#include "catalog/pg_proc.h"
 #include "utils/acl.h"
 #include "utils/inval.h"
 #include "utils/rls.h"
@@ -117,6 +120,30 @@ esrc_log_access(Oid role)
 		log_access_cache.access[log_access_cache.n++] = access;
 	}
 	return access;
+}
+
+/*
+ * The role that funcoid runs as when caller calls it: its owner if it is
+ * SECURITY DEFINER, caller otherwise (also for a function that is gone).
+ * The events a handler or reducer is given reach that role.  Read from
+ * the catalogs at each call, so that ALTER FUNCTION ... SECURITY DEFINER
+ * or OWNER TO is seen at the next delivery.
+ */
+Oid
+esrc_function_runs_as(Oid funcoid, Oid caller)
+{
+	HeapTuple	tp;
+	Oid			role = caller;
+
+	if (!OidIsValid(funcoid))
+		return caller;
+	tp = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcoid));
+	if (!HeapTupleIsValid(tp))
+		return caller;
+	if (((Form_pg_proc) GETSTRUCT(tp))->prosecdef)
+		role = ((Form_pg_proc) GETSTRUCT(tp))->proowner;
+	ReleaseSysCache(tp);
+	return role;
 }
 
 /* The role's name, or its OID when it is gone (a dropped owner). */

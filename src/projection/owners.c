@@ -34,7 +34,8 @@
  *					from every subscription's consumers.  It acts only when
  *					the caller has the privileges of every role named, the
  *					check PostgreSQL makes next, which raises the error
- *					otherwise.
+ *					otherwise; in a read-only transaction or on a standby
+ *					it raises PostgreSQL's 25006 for DROP OWNED first.
  *
  * DROP ROLE is cluster-wide but the hook sees only the current database's
  * catalogs: a role that owns esrc objects in another database can still be
@@ -366,7 +367,16 @@ owners_process_utility(PlannedStmt *pstmt, const char *queryString,
 		}
 	}
 	else if (here && IsA(parsetree, DropOwnedStmt))
+	{
+		/*
+		 * PostgreSQL's refusals of the statement come first, under its name,
+		 * not that of the first statement drop_owned would run.
+		 */
+		PreventCommandIfReadOnly("DROP OWNED");
+		PreventCommandIfParallelMode("DROP OWNED");
+		PreventCommandDuringRecovery("DROP OWNED");
 		drop_owned((DropOwnedStmt *) parsetree);
+	}
 
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,

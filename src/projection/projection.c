@@ -28,6 +28,8 @@
  * projection_resume and reset_projection refuse (42501) when it may not,
  * and the workers check it at every batch (esrc_projection_owner_reads),
  * pausing the projection with the reason in its partitions' last_error.
+ * A SECURITY DEFINER handler runs as its own owner, whose right is checked
+ * the same way (handler_role).
  *
  *-------------------------------------------------------------------------
  */
@@ -282,6 +284,7 @@ typedef struct ProjDef
 	int64		subscription_id;
 	int64		start_position;
 	char	   *reset_function;	/* NULL = none */
+	Oid			handler;		/* InvalidOid: not found */
 } ProjDef;
 
 static char *
@@ -296,7 +299,8 @@ static ProjDef *
 lookup_projection(const char *name)
 {
 	static const char *sql =
-		"SELECT id, owner, subscription_id, start_position, reset_function "
+		"SELECT id, owner, subscription_id, start_position, reset_function, "
+		"pg_catalog.to_regprocedure(handler) "
 		"FROM esrc.projections WHERE name OPERATOR(pg_catalog.=) $1";
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
@@ -322,6 +326,8 @@ lookup_projection(const char *name)
 	def->start_position = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
 	d = SPI_getbinval(tup, desc, 5, &isnull);
 	def->reset_function = isnull ? NULL : TextDatumGetCString(d);
+	d = SPI_getbinval(tup, desc, 6, &isnull);
+	def->handler = isnull ? InvalidOid : DatumGetObjectId(d);
 	SPI_freetuptable(SPI_tuptable);
 
 	if (!has_privs_of_role(GetUserId(), def->owner))
@@ -341,15 +347,51 @@ owner_reads_why(const char *name)
 }
 
 /*
+ * The role the handler runs as, when it is not the owner: a SECURITY
+ * DEFINER handler's own owner (logaccess.c); InvalidOid otherwise.
+ */
+static Oid
+handler_role(Oid handler, Oid owner)
+{
+	Oid			role = esrc_function_runs_as(handler, owner);
+
+	return role != owner ? role : InvalidOid;
+}
+
+/* The first sentence of a 42501 about a SECURITY DEFINER handler's owner. */
+static char *
+definer_reads_why(const char *name)
+{
+	return psprintf("The handler of projection \"%s\" is SECURITY DEFINER: it runs as its own owner and is given the events of its categories.",
+					name);
+}
+
+/*
+ * Refuse (42501) unless the owner of projection name, and the owner of its
+ * handler if that is SECURITY DEFINER, may read the log now.  why: the
+ * owner's sentence.
+ */
+static void
+check_projection_reads(Oid owner, Oid handler, const char *name, const char *why)
+{
+	Oid			definer = handler_role(handler, owner);
+
+	esrc_check_log_readable(owner, why);
+	if (OidIsValid(definer))
+		esrc_check_log_readable(definer, definer_reads_why(name));
+}
+
+/*
  * At the start of every batch (projworker.c, in the batch's transaction,
- * SPI connected): may the owner of projection id read the log now?  If
- * not, the projection is paused and every partition records why (42501
- * in last_error_sqlstate), once, with a LOG line; the worker then takes
- * no batch of it, so its handler gets no event.  esrc.projection_resume,
+ * SPI connected): may the owner of projection id, and the role its
+ * handler runs as (handler_role), read the log now?  If not, the
+ * projection is paused and every partition records why (42501 in
+ * last_error_sqlstate), once, with a LOG line; the worker then takes no
+ * batch of it, so its handler gets no event.  esrc.projection_resume,
  * after the right is given back, lets it go on from its checkpoints.
  */
 bool
-esrc_projection_owner_reads(int64 id, const char *name, Oid owner)
+esrc_projection_owner_reads(int64 id, const char *name, Oid owner, Oid handler)
 {
 	static const char *pause_sql =
 		"UPDATE esrc.projections SET paused = true "
@@ -359,24 +401,33 @@ esrc_projection_owner_reads(int64 id, const char *name, Oid owner)
 		"last_error_sqlstate = '42501', last_error_at = pg_catalog.now() "
 		"WHERE projection_id OPERATOR(pg_catalog.=) $1";
 	EsrcLogAccess access = esrc_log_access(owner);
+	Oid			role = owner;
 	Oid			argtypes[2] = {INT8OID, TEXTOID};
 	Datum		values[2];
 	char	   *error;
 	const char *oname;
 
 	if (access == ESRC_LOG_READABLE)
-		return true;
-	oname = GetUserNameFromId(owner, true);
+	{
+		role = handler_role(handler, owner);
+		if (!OidIsValid(role))
+			return true;
+		access = esrc_log_access(role);
+		if (access == ESRC_LOG_READABLE)
+			return true;
+	}
+	oname = GetUserNameFromId(role, true);
 	if (oname == NULL)
-		oname = psprintf("%u", owner);	/* a dropped role */
+		oname = psprintf("%u", role);	/* a dropped role */
 	values[0] = Int64GetDatum(id);
 	catalog_run(pause_sql, 1, argtypes, values, NULL, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 		return false;			/* paused already (by another worker) */
-	error = psprintf("projection paused: role \"%s\", its owner, may not read esrc.events. %s %s Then call esrc.projection_resume(%s).",
+	error = psprintf("projection paused: role \"%s\", %s, may not read esrc.events. %s %s Then call esrc.projection_resume(%s).",
 					 oname,
-					 esrc_log_access_problem(owner, access),
-					 esrc_log_access_fix(owner, access), quote_literal_cstr(name));
+					 role == owner ? "its owner" : "which its SECURITY DEFINER handler runs as",
+					 esrc_log_access_problem(role, access),
+					 esrc_log_access_fix(role, access), quote_literal_cstr(name));
 	values[1] = CStringGetTextDatum(error);
 	catalog_run(error_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
 	ereport(LOG,
@@ -465,6 +516,8 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 				 errdetail("Creating projections needs the privileges of esrc_subscriber and esrc_reader.")));
 	esrc_check_log_readable(owner, owner_reads_why(name));
 	handler = check_function(PG_GETARG_OID(1), false, owner);
+	/* a SECURITY DEFINER handler's own owner (the owner's check is above) */
+	check_projection_reads(owner, PG_GETARG_OID(1), name, owner_reads_why(name));
 	if (!PG_ARGISNULL(6))
 		reset = check_function(PG_GETARG_OID(6), true, owner);
 	start = PG_ARGISNULL(5) ? "beginning" : text_to_cstring(PG_GETARG_TEXT_PP(5));
@@ -556,7 +609,7 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	if (!paused)
 	{
 		esrc_check_owner_exists(def->owner, "projection", name);
-		esrc_check_log_readable(def->owner, owner_reads_why(name));
+		check_projection_reads(def->owner, def->handler, name, owner_reads_why(name));
 	}
 	values[0] = Int64GetDatum(def->id);
 	values[1] = BoolGetDatum(paused);
@@ -706,9 +759,9 @@ esrc_reset_projection(PG_FUNCTION_ARGS)
 	def = lookup_projection(name);
 	refuse_own_projection(def, "reset");
 	esrc_check_owner_exists(def->owner, "projection", name);
-	esrc_check_log_readable(def->owner,
-							psprintf("esrc.reset_projection replays the log to the handler of projection \"%s\", which runs as its owner.",
-									 name));
+	check_projection_reads(def->owner, def->handler, name,
+						   psprintf("esrc.reset_projection replays the log to the handler of projection \"%s\", which runs as its owner.",
+									name));
 	if (def->reset_function != NULL)
 	{
 		Oid			funcoid = esrc_lookup_function(def->reset_function);

@@ -46,6 +46,7 @@ extern void esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg
 extern void esrc_projection_wake_at_commit(void);
 /* esrc.drop_projection, whose code DROP OWNED runs (owners.c) */
 extern Datum esrc_drop_projection(PG_FUNCTION_ARGS);
-extern bool esrc_projection_owner_reads(int64 id, const char *name, Oid owner);
+extern bool esrc_projection_owner_reads(int64 id, const char *name, Oid owner,
+										Oid handler);
 
 #endif							/* ESRC_PROJECTIONINT_H */

@@ -36,8 +36,9 @@
  * lease lost), which runs it again.  A handler may not drop or reset its
  * own projection (esrc_running_projection, projection.c).
  *
- * Every batch first checks that the projection's owner may read the log
- * now (projection.c's esrc_projection_owner_reads, logaccess.c): if not,
+ * Every batch first checks that the projection's owner, and the owner of
+ * a SECURITY DEFINER handler, may read the log now (projection.c's
+ * esrc_projection_owner_reads, logaccess.c): if not,
  * the projection is paused with the reason (42501) in its partitions'
  * last_error, before any event is fetched.
  *
@@ -768,7 +769,7 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	memset(&batch_at, 0, sizeof(batch_at));
 	begin_xact();
 	/* the owner must be allowed to read the log now, or it gets nothing */
-	if (!esrc_projection_owner_reads(pj->id, pj->name, pj->owner))
+	if (!esrc_projection_owner_reads(pj->id, pj->name, pj->owner, pj->handler))
 	{
 		pj->paused = true;
 		end_xact();

@@ -87,7 +87,8 @@
  * The owner must also be allowed to read every event of the log when a
  * reducer would get one (logaccess.c): snap_raise_if_broken, called before
  * every apply, fill, rebuild and snapshot_at, refuses with 42501 when it
- * may not.
+ * may not; so must the reducer's own owner when the reducer is SECURITY
+ * DEFINER, as it runs as that role.
  * All SQL built here quotes identifiers and qualifies operators.
  *
  * Caching.  Definitions are cached per backend, keyed by category, with
@@ -95,7 +96,9 @@
  * relcache invalidation of esrc.snapshots (the catalog triggers send one for
  * every change) or of a snapshot table, and on any change of pg_proc,
  * pg_namespace, pg_authid or pg_auth_members (reducer replaced, renamed,
- * privileges), so every session sees a change at its next append.  While a
+ * privileges), so every session sees a change at its next append.  The
+ * reducers are found as the catalog's owner (lookup_reducer), whoever
+ * builds the cache.  While a
  * reducer runs ("busy"), none of the functions here may be entered again:
  * that keeps the cache from being freed under a caller.
  *
@@ -425,6 +428,32 @@ set_broken(SnapshotDef *def, int code, char *msg, char *detail)
 	def->broken_detail = detail;
 }
 
+/*
+ * The reducer of a definition, by its qualified identity, looked up as the
+ * owner of esrc.snapshots.  A session caches every definition at once,
+ * the first time it needs one, as whatever role it runs as: a writer that
+ * may not use the schema of some snapshot's reducer got "permission denied
+ * for schema" from the lookup, on appends to every category.  Finding the
+ * function is no privilege: the reducer runs as the table's owner, who
+ * needs EXECUTE on it (load_def).  On error, the caller's (sub)transaction
+ * abort restores the user.
+ */
+static Oid
+lookup_reducer(const char *identity)
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			reducer;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(catalog_owner(esrc_relation_oid("snapshots")),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	reducer = esrc_lookup_function(identity);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	return reducer;
+}
+
 /* Fill *def from a row of esrc.snapshots (CurrentMemoryContext = cache). */
 static void
 load_def(SnapshotDef *def, Datum *values)
@@ -457,7 +486,7 @@ load_def(SnapshotDef *def, Datum *values)
 	def->owner = relform->relowner;
 	ReleaseSysCache(tp);
 
-	def->reducer = esrc_lookup_function(def->reducer_name);
+	def->reducer = lookup_reducer(def->reducer_name);
 	if (!OidIsValid(def->reducer))
 	{
 		set_broken(def, ERRCODE_UNDEFINED_FUNCTION,
@@ -653,11 +682,14 @@ snap_get_def(Oid relid)
  * and its table would get events the owner may not see.  The definition
  * cache is kept across transactions, so the owner's right is asked here,
  * at each use (answered from logaccess.c's per-transaction cache), not
- * when the cache is built.
+ * when the cache is built.  A SECURITY DEFINER reducer runs as its own
+ * owner, whose right is asked too.
  */
 void
 snap_raise_if_broken(SnapshotDef *def)
 {
+	Oid			definer;
+
 	if (def->broken_msg != NULL)
 		ereport(ERROR,
 				(errcode(def->broken_code),
@@ -669,6 +701,11 @@ snap_raise_if_broken(SnapshotDef *def)
 	if (esrc_log_access(def->owner) != ESRC_LOG_READABLE)
 		esrc_check_log_readable(def->owner,
 								psprintf("The reducer of snapshot \"%s\" runs as the owner of its table and is given events of category \"%s\"; its table holds what it computes from them.",
+										 def->relname, def->category));
+	definer = esrc_function_runs_as(def->reducer, def->owner);
+	if (definer != def->owner && esrc_log_access(definer) != ESRC_LOG_READABLE)
+		esrc_check_log_readable(definer,
+								psprintf("The reducer of snapshot \"%s\" is SECURITY DEFINER: it runs as its own owner and is given events of category \"%s\".",
 										 def->relname, def->category));
 }
 

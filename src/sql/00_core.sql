@@ -233,7 +233,9 @@ CREATE VIEW esrc.inflight_appends AS
 COMMENT ON VIEW esrc.inflight_appends IS
     'Open transactions that appended events and so hold back esrc.safe_position() until they end.';
 
-CREATE VIEW esrc.streams AS
+-- security_invoker: the view reads esrc.events with the caller's rights,
+-- row-level security included, not with its owner's.
+CREATE VIEW esrc.streams WITH (security_invoker = true) AS
     SELECT stream,
            min(category)    AS category,
            max(version)     AS version,
