@@ -27,6 +27,12 @@
  * esrc_run_as_owner or the pair) and the forwarder's transactions
  * (fwdread.c).
  *
+ * Not owner contexts, and kept where they are: the session-wide pins of
+ * the workers at PGC_S_OVERRIDE (projworker.c, fwdread.c's
+ * fwd_pin_settings), the search_path that owners.c gives DROP OWNED's
+ * calls of esrc's SQL functions (their SET clause, no user switch), and
+ * snaprebuild.c's lock_timeout level.
+ *
  * Invariants kept:
  *	 - the security context entered is the caller's plus
  *	   SECURITY_RESTRICTED_OPERATION and (unless ESRC_OWNER_NOT_LOCAL)
