@@ -38,10 +38,10 @@
  * database without the extension is never read, and is treated like "not
  * installed".  Then it runs its SQL as the extension's owner in a
  * security-restricted operation (ownerctx.c's owner context, as
- * index_build and REFRESH MATERIALIZED VIEW do): whatever code the tables
- * could run (triggers, defaults, policies) runs with the rights of the role that
- * owns them, never more, and the transaction's abort restores the role
- * after an ERROR.  Reconnecting as the owner would need a new process
+ * index_build and REFRESH MATERIALIZED VIEW do): whatever code the
+ * tables could run (triggers, defaults, policies) runs with the rights of
+ * the role that owns them, never more, and the transaction's abort
+ * restores the role after an ERROR.  Reconnecting as the owner would need a new process
  * whenever the owner changes and would apply the owner's ALTER ROLE ...
  * SET settings; the switch does neither.  The batch read (BATCH_SQL) runs
  * under the same rules.
