@@ -23,6 +23,8 @@
  * trace.c owns the W3C trace context of events (esrc.traceparent,
  * esrc.tracestate, the ce_traceparent/ce_tracestate headers); metrics.c
  * owns the counters of esrc.metrics (shared memory, per database).
+ * ownerctx.c owns the owner context (run as an owner, security-restricted,
+ * search_path pinned) that all of them use.
  *
  *-------------------------------------------------------------------------
  */
@@ -377,13 +379,9 @@ extern int64 esrc_erase_row_cost(Datum data, bool datanull, Datum metadata,
 extern void esrc_erase_cost_point(EsrcEraseCost *cost, int64 work);
 
 /*
- * lifecycle.c, shared with rules.c, crypto.c and scrub.c: run one SQL statement (SPI
- * connected) as owner, security-restricted, search_path pinned; record a
- * call in esrc.erasures; check the required reason of a life-cycle call.
+ * lifecycle.c: record a call in esrc.erasures; check the required reason
+ * of a life-cycle call.
  */
-extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
-							  Oid *argtypes, Datum *values, const char *nulls,
-							  int expected_rc);
 extern void esrc_record_erasure(const char *what, const char *stream,
 								int64 events, const char *reason,
 								Jsonb *rules, Oid session_user,
@@ -505,6 +503,39 @@ extern void esrc_metrics_append(int nevents, bool idempotent);
 extern void esrc_metrics_conflict(void);
 extern void esrc_metrics_forwarded(int records);
 extern void esrc_metrics_forwarder_error(void);
+
+/* ----------------------------------------------------------------
+ * The owner context (ownerctx.c; common/common.h once src/ is split by
+ * subsystem, issue 25): run code as an owner, security-restricted, with
+ * search_path pinned.  Enter and leave in the same function; leave on
+ * success only -- on ERROR the (sub)transaction abort restores the user
+ * and unwinds the GUC level; a caller that must have its user back
+ * before the error goes on up calls esrc_owner_restore_user() in its
+ * PG_FINALLY (ownerctx.c's header says which callers do).
+ * ----------------------------------------------------------------
+ */
+/* the search_path of every owner context (and of the workers' sessions) */
+#define ESRC_OWNER_SEARCH_PATH	"pg_catalog, pg_temp"
+/* flags of esrc_owner_enter */
+#define ESRC_OWNER_PIN_PATH		0x01	/* GUC nest level, search_path pinned */
+#define ESRC_OWNER_GUC_LEVEL	0x02	/* GUC nest level, search_path as it is
+										 * (an outer context pinned it) */
+#define ESRC_OWNER_NOT_LOCAL	0x04	/* no SECURITY_LOCAL_USERID_CHANGE
+										 * (the forwarder's transactions) */
+typedef struct EsrcOwnerContext
+{
+	Oid			save_userid;	/* the caller's user ... */
+	int			save_sec_context;	/* ... and security context */
+	bool		switched;		/* the user was switched (owner valid) */
+	int			gucs;			/* GUC nest level opened; 0 = none */
+} EsrcOwnerContext;
+extern void esrc_owner_enter(EsrcOwnerContext *ctx, Oid owner, int flags);
+extern void esrc_owner_leave(EsrcOwnerContext *ctx);
+extern void esrc_owner_restore_user(const EsrcOwnerContext *ctx);
+/* one SQL statement (SPI connected) in the full context (ESRC_OWNER_PIN_PATH) */
+extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
+							  Oid *argtypes, Datum *values, const char *nulls,
+							  int expected_rc);
 
 /* catalog lookups (esrc.c) */
 extern Oid	esrc_schema_oid(void);

@@ -47,7 +47,7 @@
  * docs/subscriptions.md describe the limit.
  *
  * Catalog statements run as the catalogs' owner, security-restricted, with
- * search_path pinned (lifecycle.c's esrc_run_as_owner, subcatalog.c's
+ * search_path pinned (ownerctx.c's esrc_run_as_owner, subcatalog.c's
  * catalog_run in the workers, whose search_path is pinned for good).
  *
  *-------------------------------------------------------------------------

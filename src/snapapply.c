@@ -346,10 +346,10 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 			 const char *stream_str, int64 version, Datum event,
 			 Snapshot snap, TimestampTz now)
 {
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext caller;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	/* no switch: the caller's user, to return to on error */
+	esrc_owner_enter(&caller, InvalidOid, 0);
 	snapshot_busy = true;
 	PG_TRY();
 	{
@@ -358,27 +358,22 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 		for (i = 0; i < entry->count; i++)
 		{
 			SnapshotDef *def = &snap_cache.defs[entry->first + i];
-
-			int			gucs;
+			EsrcOwnerContext ctx;
 
 			errarg->snapshot = def->relname;
 			snap_raise_if_broken(def);
-			SetUserIdAndSecContext(def->owner, save_sec_context |
-								   SECURITY_LOCAL_USERID_CHANGE |
-								   SECURITY_RESTRICTED_OPERATION);
-			gucs = snap_enter_reducer_gucs();
+			esrc_owner_enter(&ctx, def->owner, ESRC_OWNER_PIN_PATH);
 			if (def->direct == 1)
 				apply_event_direct(def, stream, stream_str, version, event, snap, now);
 			else
 				apply_event_spi(def, stream, stream_str, version, event, snap, now);
-			snap_leave_reducer_gucs(gucs);
-			SetUserIdAndSecContext(save_userid, save_sec_context);
+			esrc_owner_leave(&ctx);
 		}
 	}
 	PG_FINALLY();
 	{
 		snapshot_busy = false;
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		esrc_owner_restore_user(&caller);
 	}
 	PG_END_TRY();
 }
@@ -433,7 +428,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	Snapshot	snap;
 	TimestampTz now;
 	int			i;
-	int			gucs;
+	EsrcOwnerContext reducer_ctx;
 	ErrorContextCallback errcb;
 	ApplyErrorArg errarg;
 	bool		use_spi = false;
@@ -519,7 +514,8 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	 */
 	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	gucs = snap_enter_reducer_gucs();
+	/* the reducer context: search_path pinned once per event (snapshot.c) */
+	esrc_owner_enter(&reducer_ctx, InvalidOid, ESRC_OWNER_PIN_PATH);
 
 	errarg.stream = stream_str;
 	errarg.version = version;
@@ -531,7 +527,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	apply_to_all(entry, &errarg, stream, stream_str, version, event, snap, now);
 
 	error_context_stack = errcb.previous;
-	snap_leave_reducer_gucs(gucs);
+	esrc_owner_leave(&reducer_ctx);
 	UnregisterSnapshot(snap);
 	if (use_spi && SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
