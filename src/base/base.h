@@ -4,7 +4,9 @@
  *	  The face of src/base/: what every subsystem may use.  catalog.c
  *	  (the extension's own objects, the shared-memory check, the
  *	  append-only triggers' refusal), launch.c (what both launchers share),
- *	  metrics.c (the counters of esrc.metrics), and the version differences
+ *	  metrics.c (the counters of esrc.metrics), ownerctx.c (the owner
+ *	  context: run code as an owner, security-restricted, search_path
+ *	  pinned), and the version differences
  *	  of PostgreSQL (compat.h, included here).  Nothing in base/ calls a
  *	  subsystem.
  *
@@ -76,5 +78,37 @@ extern void esrc_metrics_append(int nevents, bool idempotent);
 extern void esrc_metrics_conflict(void);
 extern void esrc_metrics_forwarded(int records);
 extern void esrc_metrics_forwarder_error(void);
+
+/*
+ * ownerctx.c: the owner context -- run code as an owner,
+ * security-restricted, with search_path pinned.  Enter and leave in the
+ * same function; leave on success only -- on ERROR the (sub)transaction
+ * abort restores the user and unwinds the GUC level; a caller that must
+ * have its user back before the error goes on up calls
+ * esrc_owner_restore_user() in its PG_FINALLY (ownerctx.c's header says
+ * which callers do).
+ */
+/* the search_path of every owner context (and of the workers' sessions) */
+#define ESRC_OWNER_SEARCH_PATH	"pg_catalog, pg_temp"
+/* flags of esrc_owner_enter */
+#define ESRC_OWNER_PIN_PATH		0x01	/* GUC nest level, search_path pinned */
+#define ESRC_OWNER_GUC_LEVEL	0x02	/* GUC nest level, search_path as it is
+										 * (an outer context pinned it) */
+#define ESRC_OWNER_NOT_LOCAL	0x04	/* no SECURITY_LOCAL_USERID_CHANGE
+										 * (the forwarder's transactions) */
+typedef struct EsrcOwnerContext
+{
+	Oid			save_userid;	/* the caller's user ... */
+	int			save_sec_context;	/* ... and security context */
+	bool		switched;		/* the user was switched (owner valid) */
+	int			gucs;			/* GUC nest level opened; 0 = none */
+} EsrcOwnerContext;
+extern void esrc_owner_enter(EsrcOwnerContext *ctx, Oid owner, int flags);
+extern void esrc_owner_leave(EsrcOwnerContext *ctx);
+extern void esrc_owner_restore_user(const EsrcOwnerContext *ctx);
+/* one SQL statement (SPI connected) in the full context (ESRC_OWNER_PIN_PATH) */
+extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
+							  Oid *argtypes, Datum *values, const char *nulls,
+							  int expected_rc);
 
 #endif							/* ESRC_BASE_BASE_H */

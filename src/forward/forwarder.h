@@ -10,7 +10,7 @@
  * the launcher), fwdread.c (reading batches and the forwarder's row from
  * PostgreSQL, as the extension's owner) and fwdstatus.c (the status slots
  * in shared memory and the SQL functions that watch and steer workers).
- * The rest of esrc sees only what esrc.h declares.
+ * The rest of esrc sees only what forward/forward.h declares.
  *
  * The worker's state below is written by the worker process only; in a
  * backend running SQL it keeps its initial values and is never read.

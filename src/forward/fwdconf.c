@@ -19,7 +19,7 @@
  *
  * Talks to: forwarder.c (the worker reads the GUCs), kafkaconf.c (property
  * syntax, topic name rules), append.c (which calls the append-time
- * checks through esrc.h).
+ * checks through the esrc_append_guard this file sets).
  *
  *-------------------------------------------------------------------------
  */

@@ -15,7 +15,7 @@
  * flushed.  An ERROR ends the worker; the postmaster starts it again.
  *
  * A record whose event is a tombstone of the life cycle (esrc.erased,
- * esrc.deleted; esrc.h) is marked so (EsrcKafkaRecord.tombstone), and
+ * esrc.deleted; log/log.h) is marked so (EsrcKafkaRecord.tombstone), and
  * kafka.c sends it with a null value.
  *
  * Position mirror: in at_least_once mode esrc.forwarder_state.position is
@@ -37,11 +37,11 @@
  * member: getExtensionOfObject); a schema of that name planted in a
  * database without the extension is never read, and is treated like "not
  * installed".  Then it runs its SQL as the extension's owner in a
- * security-restricted operation (SetUserIdAndSecContext, as index_build
- * and REFRESH MATERIALIZED VIEW do): whatever code the tables could run
- * (triggers, defaults, policies) runs with the rights of the role that
- * owns them, never more, and the transaction's abort restores the role
- * after an ERROR.  Reconnecting as the owner would need a new process
+ * security-restricted operation (ownerctx.c's owner context, as
+ * index_build and REFRESH MATERIALIZED VIEW do): whatever code the
+ * tables could run (triggers, defaults, policies) runs with the rights of
+ * the role that owns them, never more, and the transaction's abort
+ * restores the role after an ERROR.  Reconnecting as the owner would need a new process
  * whenever the owner changes and would apply the owner's ALTER ROLE ...
  * SET settings; the switch does neither.  The batch read (BATCH_SQL) runs
  * under the same rules.
@@ -54,6 +54,7 @@
  */
 #include "postgres.h"
 
+#include "base/base.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -329,11 +330,10 @@ fwd_pin_settings(void)
 }
 
 /*
- * Running as the extension's owner (see the header comment): the role
- * and security context to return to.
+ * Running as the extension's owner (see the header comment): the owner
+ * context (ownerctx.c) entered by enter_extension().
  */
-static Oid	saved_userid = InvalidOid;
-static int	saved_sec_context = 0;
+static EsrcOwnerContext owner_ctx;
 static bool said_foreign_schema = false;
 
 /* The owner and schema of extension ext; InvalidOid when it is gone. */
@@ -399,8 +399,11 @@ enter_extension(void)
 		return InvalidOid;
 	}
 	said_foreign_schema = false;
-	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
-	SetUserIdAndSecContext(owner, saved_sec_context | SECURITY_RESTRICTED_OPERATION);
+	/*
+	 * search_path is pinned for the whole session (fwd_pin_settings), and
+	 * the switch has never been a "local" one
+	 */
+	esrc_owner_enter(&owner_ctx, owner, ESRC_OWNER_NOT_LOCAL);
 	return nsp;
 }
 
@@ -408,7 +411,7 @@ enter_extension(void)
 static void
 leave_extension(void)
 {
-	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	esrc_owner_leave(&owner_ctx);
 }
 
 /* The position mirror, if due: the authority in at_least_once mode. */

@@ -40,7 +40,7 @@
  * OpenSSL (libcrypto's EVP interface) rather than pgcrypto: authenticated
  * encryption, no S2K per call, and no `requires` that every CREATE
  * EXTENSION esrc would have to satisfy; the server links libcrypto
- * already.  Writes go through erase.c's esrc_run_as_owner() and
+ * already.  Writes go through ownerctx.c's esrc_run_as_owner() and erase.c's
  * esrc_record_erasure(), as erase_stream's do.
  *
  *-------------------------------------------------------------------------

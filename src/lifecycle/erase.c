@@ -41,9 +41,9 @@
  * The log is written as append.c writes it: index scans and the
  * executor's simple update (ExecSimpleRelationUpdate, with the row
  * triggers of esrc.events), no SQL.  The snapshot tables and esrc.erasures
- * are written with SQL through SPI as each table's owner, in a
- * security-restricted operation with search_path pinned, as the snapshot
- * code (snapapply.c, snapbuild.c) writes snapshot tables.  EXECUTE on
+ * are written with SQL through SPI as each table's owner, in the owner
+ * context (ownerctx.c's esrc_run_as_owner: security-restricted,
+ * search_path pinned), as the snapshot code writes snapshot tables.  EXECUTE on
  * esrc.erase_stream (granted to esrc_admin) is the privilege check.
  *
  * Not erased here (docs/lifecycle.md): the old row versions and TOAST
@@ -81,7 +81,6 @@
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
-#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -97,46 +96,6 @@
 
 PG_FUNCTION_INFO_V1(esrc_erase_stream);
 PG_FUNCTION_INFO_V1(esrc_erasures_immutable);
-
-#define LIFECYCLE_SEARCH_PATH "pg_catalog, pg_temp"
-
-
-/*
- * Run one statement (inside an SPI connection) as owner, in a
- * security-restricted operation with search_path pinned (nulls as for
- * SPI_execute_with_args; rules.c, crypto.c and scrub.c use it too); every setting it
- * makes is undone after it.  On error the user is restored here and the
- * settings by the (sub)transaction abort.
- */
-void
-esrc_run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
-				  Datum *values, const char *nulls, int expected_rc)
-{
-	Oid			save_userid;
-	int			save_sec_context;
-	int			gucs;
-	int			rc;
-
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	gucs = NewGUCNestLevel();
-	PG_TRY();
-	{
-		(void) set_config_option("search_path", LIFECYCLE_SEARCH_PATH,
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		rc = SPI_execute_with_args(sql, nargs, argtypes, values, nulls, false, 0);
-		if (rc != expected_rc)
-			elog(ERROR, "\"%s\" failed: %s", sql, SPI_result_code_string(rc));
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(save_userid, save_sec_context);
-	}
-	PG_END_TRY();
-	AtEOXact_GUC(false, gucs);
-}
 
 /*
  * The snapshot tables of a category (esrc.snapshots, read as its owner),

@@ -21,14 +21,6 @@
 extern void esrc_erase_cost_init(void);
 
 /*
- * erase.c: run one SQL statement (SPI connected) as owner,
- * security-restricted, search_path pinned (also for projection/owners.c)
- */
-extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
-							  Oid *argtypes, Datum *values, const char *nulls,
-							  int expected_rc);
-
-/*
  * scavenge.c: the scavenger's settings and the workers' slice; the
  * scavenger is woken at commit (when esrc.scavenge_interval is set) after
  * a change of the stream rules, through the hook that the subsystem whose

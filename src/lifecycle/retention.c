@@ -262,7 +262,7 @@ esrc_delete_stream(PG_FUNCTION_ARGS)
 	if (!already_hard)
 	{
 		/*
-		 * The tombstone (esrc.h) at the next version, under the stream lock
+		 * The tombstone (log.h) at the next version, under the stream lock
 		 * taken above; it is the stream's first visible event.  None is
 		 * added when the head is the same tombstone already (deleted twice
 		 * with nothing appended in between) or the stream is erased.

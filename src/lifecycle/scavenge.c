@@ -12,7 +12,7 @@
  *	 - the pass's position and totals in esrc.scavenge_progress (one row)
  *	   and, per stream, the version below which every event is redacted
  *	   in esrc.scavenge_streams, both written here only, as the tables'
- *	   owner (erase.c's esrc_run_as_owner);
+ *	   owner (ownerctx.c's esrc_run_as_owner);
  *	 - the settings esrc.scavenge_interval and esrc.scavenge_max_events,
  *	   and the slice that projection worker 1 of each database runs every
  *	   interval (esrc_scavenge_worker_slice, called by projworker.c).

@@ -11,7 +11,7 @@
  *	   relations, resumable across calls and transactions;
  *	 - the pass's position, kept in esrc.scrub_progress (one row per
  *	   relation, written here only, as the table's owner through
- *	   erase.c's esrc_run_as_owner).
+ *	   ownerctx.c's esrc_run_as_owner).
  *
  * Why it is needed: pruning (VACUUM, or on-access HOT pruning) compacts a
  * page and marks the removed tuples' line pointers unused, but leaves

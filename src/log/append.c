@@ -6,7 +6,7 @@
  * An append, in order:
  *	 1. checks its input (nothing is locked or written for bad input), event
  *		types that begin with "esrc." included: those are esrc's own system
- *		events (22023; esrc.h), which only esrc_append_system_event writes;
+ *		events (22023; log.h), which only esrc_append_system_event writes;
  *	 2. takes the stream lock, a transaction-scoped heavyweight lock on a
  *		64-bit hash of the stream name (an advisory lock tag in a key space
  *		of its own, see ESRC_STREAM_LOCK_SPACE).  Appends to one stream
@@ -168,7 +168,7 @@ check_stream(text *value)
 
 /*
  * Event types that begin with "esrc." are esrc's own (the tombstones of
- * esrc.erase_stream and esrc.delete_stream, esrc.h): a user's append of
+ * esrc.erase_stream and esrc.delete_stream, log.h): a user's append of
  * one is refused, so that no user event can pass for a tombstone (the
  * Kafka forwarder sends those with a null value).
  */
@@ -335,7 +335,7 @@ esrc_free_write_estate(EState *estate, ResultRelInfo *rri)
 }
 
 /*
- * The row type of esrc.events is the one the Anum_events_* numbers (esrc.h)
+ * The row type of esrc.events is the one the Anum_events_* numbers (log.h)
  * describe, in the columns that appends and reads use by number; both
  * check it after opening the log.
  */
@@ -794,7 +794,7 @@ append_events(char *stream, int nevents, EventInput *events,
 }
 
 /*
- * Append one system event (esrc.h) to stream: type is one of esrc's own,
+ * Append one system event (log.h) to stream: type is one of esrc's own,
  * data a small object without personal data, metadata null; the caller
  * (erase.c, rules.c) holds the stream lock and has checked that the
  * stream exists.  Returns the version of the event, or the head's when

@@ -245,7 +245,7 @@ bool		esrc_forwarder_log_batches = false;
 EsrcSharedState *esrc_shared = NULL;
 
 /*
- * Call hook at the end of every transaction that appended (see esrc.h);
+ * Call hook at the end of every transaction that appended (see log.h);
  * from _PG_init, so every backend has the same hooks.
  */
 void

@@ -155,7 +155,7 @@ static struct
 	uint64		generation;		/* + 1 at every load */
 } rules_cache;
 
-/* One read's view of the rules (esrc.h). */
+/* One read's view of the rules (log.h). */
 struct EsrcRuleFilter
 {
 	Snapshot	snap;			/* the read's snapshot */

@@ -47,13 +47,14 @@
  * docs/subscriptions.md describe the limit.
  *
  * Catalog statements run as the catalogs' owner, security-restricted, with
- * search_path pinned (erase.c's esrc_run_as_owner, subcatalog.c's
+ * search_path pinned (ownerctx.c's esrc_run_as_owner, subcatalog.c's
  * catalog_run in the workers, whose search_path is pinned for good).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "base/base.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -72,7 +73,6 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "lifecycle/lifecycle.h"
 #include "subscription/subscription.h"
 #include "projection/projection.h"
 #include "owners.h"

@@ -210,32 +210,24 @@ check_function(Oid funcoid, bool reset, Oid owner)
 
 /*
  * Call flinfo's function with one argument (nargs 1) or none, as owner,
- * security-restricted, with search_path pinned; every setting the call
- * makes is undone after it.  On error the caller's (sub)transaction abort
- * restores the user and the settings.
+ * in the owner context (ownerctx.c: security-restricted, search_path
+ * pinned); every setting the call makes is undone after it.  On error the
+ * caller's (sub)transaction abort restores the user and the settings.
+ * The workers pin search_path for good (projworker.c), so a call there
+ * costs no search_path change.
  */
 void
 esrc_call_as_owner(Oid owner, FmgrInfo *flinfo, int nargs, Datum arg)
 {
 	LOCAL_FCINFO(fcinfo, 1);
-	Oid			save_userid;
-	int			save_sec_context;
-	int			gucs;
+	EsrcOwnerContext ctx;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	gucs = NewGUCNestLevel();
-	if (strcmp(namespace_search_path, PROJECTION_SEARCH_PATH) != 0)
-		(void) set_config_option("search_path", PROJECTION_SEARCH_PATH,
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+	esrc_owner_enter(&ctx, owner, ESRC_OWNER_PIN_PATH);
 	InitFunctionCallInfoData(*fcinfo, flinfo, nargs, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = arg;
 	fcinfo->args[0].isnull = false;
 	(void) FunctionCallInvoke(fcinfo);
-	AtEOXact_GUC(false, gucs);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	esrc_owner_leave(&ctx);
 }
 
 /* ----------------------------------------------------------------

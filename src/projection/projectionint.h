@@ -22,8 +22,11 @@ extern int	esrc_projection_retry_delay_ms;
 extern int	esrc_projection_retry_max_delay_ms;
 extern int	esrc_projection_batch_delay_ms;
 
-/* the search_path handlers run with */
-#define PROJECTION_SEARCH_PATH	"pg_catalog, pg_temp"
+/*
+ * the search_path the workers pin for good: the owner context's (base/base.h),
+ * so that entering it for a handler call changes nothing
+ */
+#define PROJECTION_SEARCH_PATH	ESRC_OWNER_SEARCH_PATH
 
 /* projlauncher.c */
 extern void esrc_projection_register_launcher(void);

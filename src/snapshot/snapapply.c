@@ -15,7 +15,7 @@
  * and writes the rows with a snapshot taken after those locks; every
  * snapshot is applied as its table's owner, security-restricted, in a GUC
  * nest level of its own (apply_to_all).  The tombstones of the life cycle
- * (esrc.erased, esrc.deleted; esrc.h) never reach a reducer.
+ * (esrc.erased, esrc.deleted; log/log.h) never reach a reducer.
  *
  * Talks to: snapshot.c (the cache, locks, reducer calls, through
  * snapshotint.h), append.c (whose INSERT fires the trigger; the stream
@@ -347,10 +347,10 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 			 const char *stream_str, int64 version, Datum event,
 			 Snapshot snap, TimestampTz now)
 {
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext caller;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	/* no switch: the caller's user, to return to on error */
+	esrc_owner_enter(&caller, InvalidOid, 0);
 	snapshot_busy = true;
 	PG_TRY();
 	{
@@ -359,27 +359,22 @@ apply_to_all(CategoryEntry *entry, ApplyErrorArg *errarg, Datum stream,
 		for (i = 0; i < entry->count; i++)
 		{
 			SnapshotDef *def = &snap_cache.defs[entry->first + i];
-
-			int			gucs;
+			EsrcOwnerContext ctx;
 
 			errarg->snapshot = def->relname;
 			snap_raise_if_broken(def);
-			SetUserIdAndSecContext(def->owner, save_sec_context |
-								   SECURITY_LOCAL_USERID_CHANGE |
-								   SECURITY_RESTRICTED_OPERATION);
-			gucs = snap_enter_reducer_gucs();
+			esrc_owner_enter(&ctx, def->owner, ESRC_OWNER_PIN_PATH);
 			if (def->direct == 1)
 				apply_event_direct(def, stream, stream_str, version, event, snap, now);
 			else
 				apply_event_spi(def, stream, stream_str, version, event, snap, now);
-			snap_leave_reducer_gucs(gucs);
-			SetUserIdAndSecContext(save_userid, save_sec_context);
+			esrc_owner_leave(&ctx);
 		}
 	}
 	PG_FINALLY();
 	{
 		snapshot_busy = false;
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		esrc_owner_restore_user(&caller);
 	}
 	PG_END_TRY();
 }
@@ -414,6 +409,28 @@ lock_snapshot_tables(const char *category)
 }
 
 /*
+ * Choose the write path of each snapshot of the category that has none
+ * yet; does any of them write through SPI (not the direct path)?
+ */
+static bool
+needs_spi(CategoryEntry *entry)
+{
+	bool		use_spi = false;
+	int			i;
+
+	for (i = 0; i < entry->count; i++)
+	{
+		SnapshotDef *def = &snap_cache.defs[entry->first + i];
+
+		if (def->direct < 0 && def->broken_msg == NULL)
+			snap_choose_path(def);
+		if (def->direct != 1)
+			use_spi = true;
+	}
+	return use_spi;
+}
+
+/*
  * esrc.apply_snapshots(): AFTER INSERT FOR EACH ROW on esrc.events.
  */
 Datum
@@ -434,10 +451,10 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	Snapshot	snap;
 	TimestampTz now;
 	int			i;
-	int			gucs;
+	EsrcOwnerContext reducer_ctx;
 	ErrorContextCallback errcb;
 	ApplyErrorArg errarg;
-	bool		use_spi = false;
+	bool		use_spi;
 	text	   *type;
 	bool		system;
 
@@ -467,7 +484,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 		return PointerGetDatum(NULL);
 
 	/*
-	 * The tombstones of the life cycle (esrc.h) are not applied: the
+	 * The tombstones of the life cycle (log/log.h) are not applied: the
 	 * snapshot of an erased stream has no row and gets none; on a deleted
 	 * stream's row the tombstone only moves the version on (state
 	 * unchanged), so a later append stays in step (S2).  Rebuilds and
@@ -500,15 +517,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	event = system ? (Datum) 0 : snap_make_event(evvalues, evnulls);
 	now = GetCurrentTimestamp();
 
-	for (i = 0; i < entry->count; i++)
-	{
-		SnapshotDef *def = &snap_cache.defs[entry->first + i];
-
-		if (def->direct < 0 && def->broken_msg == NULL)
-			snap_choose_path(def);
-		if (def->direct != 1)
-			use_spi = true;
-	}
+	use_spi = needs_spi(entry);
 	if (use_spi && SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
@@ -520,7 +529,8 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	 */
 	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	gucs = snap_enter_reducer_gucs();
+	/* the reducer context: search_path pinned once per event (snapshot.c) */
+	esrc_owner_enter(&reducer_ctx, InvalidOid, ESRC_OWNER_PIN_PATH);
 
 	errarg.stream = stream_str;
 	errarg.version = version;
@@ -532,7 +542,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	apply_to_all(entry, &errarg, stream, stream_str, version, event, snap, now);
 
 	error_context_stack = errcb.previous;
-	snap_leave_reducer_gucs(gucs);
+	esrc_owner_leave(&reducer_ctx);
 	UnregisterSnapshot(snap);
 	if (use_spi && SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");

@@ -64,18 +64,16 @@ write_row(Fold *f, TimestampTz now, void *arg)
 	SnapshotDef *def = f->def;
 	Datum		values[4];
 	int			rc;
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 
 	values[0] = CStringGetTextDatum(f->stream);
 	values[1] = Int64GetDatum(f->next_version - 1);
 	values[2] = f->state;
 	values[3] = TimestampTzGetDatum(now);
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	/* inside snap_with_fold's reducer context: search_path is pinned */
+	esrc_owner_enter(&ctx, def->owner, 0);
 	rc = SPI_execute_plan(snap_def_plan(def, PLAN_INSERT), values, NULL, false, 0);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	esrc_owner_leave(&ctx);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "snapshot row insert failed: %s", SPI_result_code_string(rc));
 }
@@ -184,12 +182,10 @@ snap_with_fold(SnapshotDef *def, void (*body) (Fold *f, void *arg), void *arg)
 {
 	Fold		f;
 	int64		applied;
-	int			gucs;
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 
-	gucs = snap_enter_reducer_gucs();
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	/* the reducer context (snapshot.c), no user switch */
+	esrc_owner_enter(&ctx, InvalidOid, ESRC_OWNER_PIN_PATH);
 	snap_fold_init(&f, def);
 	snapshot_busy = true;
 	PG_TRY();
@@ -199,10 +195,10 @@ snap_with_fold(SnapshotDef *def, void (*body) (Fold *f, void *arg), void *arg)
 	PG_FINALLY();
 	{
 		snapshot_busy = false;
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		esrc_owner_restore_user(&ctx);
 	}
 	PG_END_TRY();
-	snap_leave_reducer_gucs(gucs);
+	esrc_owner_leave(&ctx);
 	applied = f.applied;
 	snap_fold_end(&f);
 	return applied;
@@ -214,18 +210,15 @@ replay_body(Fold *f, void *arg)
 {
 	Snapshot	snap = (Snapshot) arg;
 	SnapshotDef *def = f->def;
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 	int			rc;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	esrc_owner_enter(&ctx, def->owner, 0);
 	rc = SPI_execute_snapshot(snap_def_plan(def, PLAN_DELETE_ALL), NULL, NULL, snap,
 							  InvalidSnapshot, false, true, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "snapshot delete failed: %s", SPI_result_code_string(rc));
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	esrc_owner_leave(&ctx);
 	snap_fold_sorted(f, snap, PG_INT64_MAX, write_row, NULL);
 }
 

@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "base/base.h"
 #include "catalog/namespace.h"
 #include "catalog/objectaddress.h"
 #include "executor/executor.h"
@@ -100,7 +101,7 @@ esrc_load(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	SPIPlanPtr	plan;
 	Jsonb	   *initial_state;
-	int			gucs;
+	EsrcOwnerContext ctx;
 	int			rc;
 
 	snap_check_not_busy("esrc.load()");
@@ -119,7 +120,8 @@ esrc_load(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = snap_def_plan(def, PLAN_SELECT);
-	gucs = snap_enter_reducer_gucs();
+	/* the reducer context (snapshot.c): the lookup runs as the caller */
+	esrc_owner_enter(&ctx, InvalidOid, ESRC_OWNER_PIN_PATH);
 	values[0] = CStringGetTextDatum(stream);
 	snapshot_busy = true;
 	PG_TRY();
@@ -148,7 +150,7 @@ esrc_load(PG_FUNCTION_ARGS)
 		result[0] = JsonbPGetDatum(initial_state);
 		result[1] = Int64GetDatum(-1);
 	}
-	snap_leave_reducer_gucs(gucs);
+	esrc_owner_leave(&ctx);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 
@@ -214,9 +216,7 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	Datum		result;
 	Fold		f;
 	int64		last;
-	int			gucs;
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 
 	snap_check_not_busy("esrc.snapshot_at()");
 	rv = snapshot_rangevar(fcinfo, 0);
@@ -247,8 +247,8 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 						  0, version, ForwardScanDirection, snap);
 	check_visible_version(stream, version, snap);
 
-	gucs = snap_enter_reducer_gucs();
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	/* the reducer context (snapshot.c), no user switch */
+	esrc_owner_enter(&ctx, InvalidOid, ESRC_OWNER_PIN_PATH);
 	snap_fold_init(&f, def);
 	snap_fold_start(&f, stream);
 	snapshot_busy = true;
@@ -262,10 +262,10 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 	PG_FINALLY();
 	{
 		snapshot_busy = false;
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		esrc_owner_restore_user(&ctx);
 	}
 	PG_END_TRY();
-	snap_leave_reducer_gucs(gucs);
+	esrc_owner_leave(&ctx);
 	esrc_log_end(scan);
 	UnregisterSnapshot(snap);
 

@@ -91,7 +91,6 @@
 
 #include "base/base.h"
 #include "log/log.h"
-#include "lifecycle/lifecycle.h"
 #include "snapshotint.h"
 
 PG_FUNCTION_INFO_V1(esrc_rebuild_snapshot);
@@ -139,21 +138,18 @@ category_horizon(Rebuild *rb)
 
 /*
  * Run a statement prepared on the new heap as the table's owner,
- * security-restricted (the caller, inside snap_with_fold, has search_path
- * pinned).
+ * security-restricted (the caller, inside snap_with_fold's reducer
+ * context, has search_path pinned).
  */
 static int
 run_plan_as_owner(Rebuild *rb, NewHeapPlan which, Datum *args)
 {
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 	int			rc;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(rb->def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	esrc_owner_enter(&ctx, rb->def->owner, 0);
 	rc = SPI_execute_plan(rb->plans[which], args, NULL, false, which == NEWHEAP_SELECT ? 1 : 0);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	esrc_owner_leave(&ctx);
 	return rc;
 }
 

@@ -4,7 +4,7 @@
  *	  Snapshots maintained by triggers: the catalog esrc.snapshots and its
  *	  triggers, the per-backend cache of definitions, what the other
  *	  snapshot files share (locks, checks, reducer calls, the fold of a
- *	  stream, the GUC nest levels, the busy flag) and the built-in reducer
+ *	  stream, the busy flag) and the built-in reducer
  *	  esrc.merge.
  *
  * The snapshot code is five files sharing the private snapshotint.h:
@@ -84,6 +84,16 @@
  * call that undoes any setting made in it (apply_to_all).  create/rebuild
  * write the table the same way; load/snapshot_at/rebuild run reducers the
  * same way.  Only writes to esrc.snapshots run as the catalog's owner.
+ * All of these are owner contexts (ownerctx.c).  The "reducer context" is
+ * one with no user switch and ESRC_OWNER_PIN_PATH, entered around a whole
+ * fold or trigger call: it pins search_path (once per event in the
+ * trigger, and not at all inside an outer level of ours), so that the
+ * contexts nested in it -- per snapshot in apply_to_all, per reducer call
+ * in snap_call_reducer -- find it pinned and cost only a GUC nest level
+ * and a user switch.  What one owner's code sets never reaches another
+ * owner's code, nor the caller.  Leaving is done on success only; an
+ * error unwinds the GUC levels with the (sub)transaction, and the PG_FINALLY
+ * of the fold or trigger restores the user.
  * The owner must also be allowed to read every event of the log when a
  * reducer would get one (logaccess.c): snap_raise_if_broken, called before
  * every apply, fill, rebuild and snapshot_at, refuses with 42501 when it
@@ -161,9 +171,6 @@ PG_FUNCTION_INFO_V1(esrc_merge);
  * an event only when its transaction holds that stream lock, i.e. when
  * esrc.append or append_batch inserted it.
  */
-
-/* what reducers (and snapshot SQL) run with */
-#define SNAPSHOT_SEARCH_PATH "pg_catalog, pg_temp"
 
 /* columns of esrc.snapshots, in the order of 10_snapshot.sql */
 #define Anum_snapshots_snapshot		1
@@ -284,20 +291,18 @@ catalog_owner(Oid catalog_relid)
 
 /*
  * Run one statement on esrc.snapshots as its owner (inside an SPI
- * connection).  Callers have checked the caller's right to do it.
+ * connection), security-restricted; search_path is not pinned here (the
+ * statements qualify everything).  The user is restored before an error
+ * goes on up.  Callers have checked the caller's right to do it.
  */
 void
 snap_catalog_write(const char *sql, int nargs, Oid *argtypes, Datum *values,
 				   int expected_rc)
 {
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 	int			rc;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(catalog_owner(esrc_relation_oid("snapshots")),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	esrc_owner_enter(&ctx, catalog_owner(esrc_relation_oid("snapshots")), 0);
 	PG_TRY();
 	{
 		rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
@@ -306,9 +311,10 @@ snap_catalog_write(const char *sql, int nargs, Oid *argtypes, Datum *values,
 	}
 	PG_FINALLY();
 	{
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		esrc_owner_restore_user(&ctx);
 	}
 	PG_END_TRY();
+	esrc_owner_leave(&ctx);
 }
 
 /*
@@ -338,36 +344,6 @@ snap_record_dependencies(Oid relid, Oid reducer)
 	ObjectAddressSet(func, ProcedureRelationId, reducer);
 	recordDependencyOn(&table, &ext, DEPENDENCY_AUTO);
 	recordDependencyOn(&table, &func, DEPENDENCY_NORMAL);
-}
-
-/*
- * Enter the context reducers and the code of snapshot tables run in: a GUC
- * nest level with search_path pinned.  Returns the nest level for
- * snap_leave_reducer_gucs(), which is only called on success (an error unwinds
- * the level with the transaction) and undoes every setting made since,
- * even a plain SET, as REFRESH MATERIALIZED VIEW does for the functions it
- * runs.  search_path is set only when it differs (it does not inside an
- * outer level of ours), so a nested level costs no catalog work.
- * snap_call_reducer() adds a level of its own around each call, and
- * apply_to_all() one around each snapshot, so that what one owner's code
- * sets never reaches another owner's code, nor the caller.
- */
-int
-snap_enter_reducer_gucs(void)
-{
-	int			level = NewGUCNestLevel();
-
-	if (strcmp(namespace_search_path, SNAPSHOT_SEARCH_PATH) != 0)
-		(void) set_config_option("search_path", SNAPSHOT_SEARCH_PATH,
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	return level;
-}
-
-void
-snap_leave_reducer_gucs(int level)
-{
-	AtEOXact_GUC(false, level);
 }
 
 /* ----------------------------------------------------------------
@@ -767,22 +743,19 @@ snap_apply_error_callback(void *arg)
 }
 
 /*
- * state := reducer(state, event), as the snapshot's owner.  The caller
- * has entered the reducer GUC context and set snapshot_busy.
+ * state := reducer(state, event), as the snapshot's owner, in a GUC nest
+ * level of its own.  The caller has entered the reducer context (an owner
+ * context with ESRC_OWNER_PIN_PATH, see the header comment) and set
+ * snapshot_busy, so search_path is not pinned again here.
  */
 Datum
 snap_call_reducer(SnapshotDef *def, Datum state, Datum event)
 {
 	LOCAL_FCINFO(fcinfo, 2);
 	Datum		result;
-	Oid			save_userid;
-	int			save_sec_context;
-	int			gucs;
+	EsrcOwnerContext ctx;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	gucs = NewGUCNestLevel();
+	esrc_owner_enter(&ctx, def->owner, ESRC_OWNER_GUC_LEVEL);
 
 	InitFunctionCallInfoData(*fcinfo, &def->flinfo, 2, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = state;
@@ -795,8 +768,7 @@ snap_call_reducer(SnapshotDef *def, Datum state, Datum event)
 	 * On error, the caller's PG_FINALLY restores the user and the
 	 * (sub)transaction abort the settings.
 	 */
-	AtEOXact_GUC(false, gucs);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	esrc_owner_leave(&ctx);
 
 	if (fcinfo->isnull)
 		ereport(ERROR,
@@ -887,7 +859,7 @@ snap_fold_apply(Fold *f, Datum *values, bool *nulls)
 				 errdetail("The next stored event has version " INT64_FORMAT ".", version)));
 
 	/*
-	 * A tombstone of the life cycle (esrc.h) is not folded: the version
+	 * A tombstone of the life cycle (log/log.h) is not folded: the version
 	 * moves on, the state stays (snapapply.c does the same).
 	 */
 	if (!nulls[Anum_events_type - 1])

@@ -134,8 +134,6 @@ extern void snap_check_reducer(Oid funcoid);
 extern void snap_catalog_write(const char *sql, int nargs, Oid *argtypes,
 							   Datum *values, int expected_rc);
 extern void snap_record_dependencies(Oid relid, Oid reducer);
-extern int	snap_enter_reducer_gucs(void);
-extern void snap_leave_reducer_gucs(int level);
 
 /* snapshot.c: the cache of definitions */
 extern void snap_ensure_cache(void);

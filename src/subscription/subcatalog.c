@@ -197,8 +197,7 @@ catalog_run(const char *sql, int nargs, Oid *argtypes, Datum *values,
 			const char *nulls, int expected_rc)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 	SPIPlanPtr volatile plan = NULL;
 	volatile int i;
 	int			rc;
@@ -209,10 +208,8 @@ catalog_run(const char *sql, int nargs, Oid *argtypes, Datum *values,
 			plan = plans[i].plan;
 			break;
 		}
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(catalog_owner(),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	/* every name in the statements is qualified: search_path left as is */
+	esrc_owner_enter(&ctx, catalog_owner(), 0);
 	PG_TRY();
 	{
 		if (plan == NULL)
@@ -233,9 +230,10 @@ catalog_run(const char *sql, int nargs, Oid *argtypes, Datum *values,
 	}
 	PG_FINALLY();
 	{
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		esrc_owner_restore_user(&ctx);
 	}
 	PG_END_TRY();
+	esrc_owner_leave(&ctx);
 	/* SPI leaves us in its procedure context */
 	MemoryContextSwitchTo(cxt);
 }
