@@ -110,5 +110,9 @@ extern void esrc_owner_restore_user(const EsrcOwnerContext *ctx);
 extern void esrc_run_as_owner(Oid owner, const char *sql, int nargs,
 							  Oid *argtypes, Datum *values, const char *nulls,
 							  int expected_rc);
+/* the same with esrc_owner_enter's flags */
+extern void esrc_run_sql_as(Oid owner, int flags, const char *sql, int nargs,
+							Oid *argtypes, Datum *values, const char *nulls,
+							int expected_rc);
 
 #endif							/* ESRC_BASE_BASE_H */

@@ -139,10 +139,22 @@ void
 esrc_run_as_owner(Oid owner, const char *sql, int nargs, Oid *argtypes,
 				  Datum *values, const char *nulls, int expected_rc)
 {
+	esrc_run_sql_as(owner, ESRC_OWNER_PIN_PATH, sql, nargs, argtypes, values,
+					nulls, expected_rc);
+}
+
+/*
+ * esrc_run_as_owner with the flags of esrc_owner_enter: 0 switches the user
+ * only, for statements that qualify everything (the snapshot catalog's).
+ */
+void
+esrc_run_sql_as(Oid owner, int flags, const char *sql, int nargs, Oid *argtypes,
+				Datum *values, const char *nulls, int expected_rc)
+{
 	EsrcOwnerContext ctx;
 	int			rc;
 
-	esrc_owner_enter(&ctx, owner, ESRC_OWNER_PIN_PATH);
+	esrc_owner_enter(&ctx, owner, flags);
 	PG_TRY();
 	{
 		rc = SPI_execute_with_args(sql, nargs, argtypes, values, nulls, false, 0);

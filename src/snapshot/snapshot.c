@@ -275,20 +275,6 @@ snap_check_reducer(Oid funcoid)
 						   problem)));
 }
 
-/* The role that owns esrc.snapshots (the extension's creator). */
-static Oid
-catalog_owner(Oid catalog_relid)
-{
-	HeapTuple	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(catalog_relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tp))
-		elog(ERROR, "cache lookup failed for relation %u", catalog_relid);
-	owner = ((Form_pg_class) GETSTRUCT(tp))->relowner;
-	ReleaseSysCache(tp);
-	return owner;
-}
-
 /*
  * Run one statement on esrc.snapshots as its owner (inside an SPI
  * connection), security-restricted; search_path is not pinned here (the
@@ -299,22 +285,8 @@ void
 snap_catalog_write(const char *sql, int nargs, Oid *argtypes, Datum *values,
 				   int expected_rc)
 {
-	EsrcOwnerContext ctx;
-	int			rc;
-
-	esrc_owner_enter(&ctx, catalog_owner(esrc_relation_oid("snapshots")), 0);
-	PG_TRY();
-	{
-		rc = SPI_execute_with_args(sql, nargs, argtypes, values, NULL, false, 0);
-		if (rc != expected_rc)
-			elog(ERROR, "\"%s\" failed: %s", sql, SPI_result_code_string(rc));
-	}
-	PG_FINALLY();
-	{
-		esrc_owner_restore_user(&ctx);
-	}
-	PG_END_TRY();
-	esrc_owner_leave(&ctx);
+	esrc_run_sql_as(esrc_relation_owner(esrc_relation_oid("snapshots")), 0,
+					sql, nargs, argtypes, values, NULL, expected_rc);
 }
 
 /*
@@ -417,16 +389,12 @@ set_broken(SnapshotDef *def, int code, char *msg, char *detail)
 static Oid
 lookup_reducer(const char *identity)
 {
-	Oid			save_userid;
-	int			save_sec_context;
+	EsrcOwnerContext ctx;
 	Oid			reducer;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(catalog_owner(esrc_relation_oid("snapshots")),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	esrc_owner_enter(&ctx, esrc_relation_owner(esrc_relation_oid("snapshots")), 0);
 	reducer = esrc_lookup_function(identity);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	esrc_owner_leave(&ctx);
 	return reducer;
 }
 
