@@ -65,6 +65,8 @@ typedef enum EsrcDbAvailability
 	ESRC_DB_GONE				/* dropped, or no longer accepts connections */
 } EsrcDbAvailability;
 extern EsrcDbAvailability esrc_database_availability(Oid dbid);
+/* launch.c: register a launcher (its entry point, its name) from _PG_init */
+extern void esrc_register_launcher(const char *function, const char *name);
 
 /*
  * metrics.c: counters for esrc.metrics, per database in shared memory.

@@ -4,8 +4,8 @@
  *	  What both launchers (projlauncher.c for the projection workers,
  *	  fwdlauncher.c for the forwarders) share: the scan of the databases
  *	  that accept connections, whether a database is still there before a
- *	  worker is started in it, whether a launched worker has stopped, and
- *	  the back-off before a failed worker starts again.
+ *	  worker is started in it, whether a launched worker has stopped, the
+ *	  back-off before a failed worker starts again, and their registration.
  *
  * Each runs in a launcher: a background worker connected to no database,
  * which may start transactions of its own to read the shared catalog
@@ -153,4 +153,27 @@ esrc_restart_delay(int *failures)
 		delay *= 2;
 	(*failures)++;
 	return Min(delay, ESRC_RESTART_DELAY_MAX_MS);
+}
+
+/*
+ * Register a launcher from _PG_init: a background worker of the cluster
+ * (it connects to no database itself, but may start transactions to read
+ * pg_database), started once recovery is over, restarted 5 s after a
+ * crash; function is its entry point in this library, name its name and
+ * type.
+ */
+void
+esrc_register_launcher(const char *function, const char *name)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", name);
+	RegisterBackgroundWorker(&worker);
 }

@@ -83,17 +83,7 @@ static bool warned_full = false;
 void
 fwd_register_launcher(void)
 {
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_forwarder_launcher_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "esrc forwarder launcher");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "esrc forwarder launcher");
-	RegisterBackgroundWorker(&worker);
+	esrc_register_launcher("esrc_forwarder_launcher_main", "esrc forwarder launcher");
 }
 
 static FwdDb *

@@ -127,17 +127,7 @@ esrc_projection_shmem_init(void)
 void
 esrc_projection_register_launcher(void)
 {
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_projection_launcher_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "esrc projection launcher");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "esrc projection launcher");
-	RegisterBackgroundWorker(&worker);
+	esrc_register_launcher("esrc_projection_launcher_main", "esrc projection launcher");
 }
 
 /*
