@@ -95,6 +95,17 @@ extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
 									int nhashes);
 
 /*
+ * standby.c: the horizon on a hot standby, from what the primary
+ * published (nhashes < 0: the global horizon); the publisher's setting,
+ * launcher and shared memory.
+ */
+extern int64 esrc_standby_horizon(const uint64 *hashes, int nhashes);
+extern int	esrc_standby_horizon_interval;
+extern void esrc_standby_init(void);
+extern Size esrc_standby_shmem_size(void);
+extern void esrc_standby_shmem_init(void);
+
+/*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags
  * on a 64-bit hash of the name; user advisory locks use 1 and 2).  In
  * pg_locks they show as locktype 'advisory' with objsubid 17747 (stream)

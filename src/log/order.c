@@ -515,39 +515,13 @@ esrc_sequence_last_value(Oid seqoid)
 }
 
 /*
- * A standby has no in-flight registry of the primary's appends, and its
- * copy of the sequence runs ahead of the primary's commits: a horizon
- * computed there would not be commit-safe.
+ * Steps R2 and R3 of the header comment, after R1 gave horizon = M: the
+ * horizon lowered below the lowest min_position of this database's slots.
  */
-static void
-check_not_in_recovery(void)
+static int64
+scan_global(Oid seqoid, int64 horizon)
 {
-	esrc_require_shared();
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the esrc read horizon is not available during recovery"),
-				 errdetail("esrc.read_all(), esrc.read_category() and esrc.safe_position() are commit-safe only on the primary, which tracks appends in flight."),
-				 errhint("Read global order on the primary, or use esrc.read_stream() on a standby.")));
-}
-
-/*
- * The safe read horizon H of this database (steps R1-R3): every event at a
- * position <= H is committed or rolled back, and visible as such to any
- * snapshot taken after this call returns, and H is never lower than what
- * an earlier call returned.  Takes no lock beyond the sequence's buffer
- * lock; O(max_connections), plus one read of the sequence per appender
- * caught between W1 and W2 (rare: that is one buffer read).
- */
-int64
-esrc_safe_position(Oid seqoid)
-{
-	int64		horizon;
 	int			i;
-
-	check_not_in_recovery();
-	horizon = esrc_sequence_last_value(seqoid);
-	pg_memory_barrier();
 
 	for (i = 0; i < esrc_shared->nslots; i++)
 	{
@@ -583,6 +557,28 @@ esrc_safe_position(Oid seqoid)
 }
 
 /*
+ * The safe read horizon H of this database (steps R1-R3): every event at a
+ * position <= H is committed or rolled back, and visible as such to any
+ * snapshot taken after this call returns, and H is never lower than what
+ * an earlier call returned.  Takes no lock beyond the sequence's buffer
+ * lock; O(max_connections), plus one read of the sequence per appender
+ * caught between W1 and W2 (rare: that is one buffer read).  On a hot
+ * standby, the horizon the primary published (standby.c).
+ */
+int64
+esrc_safe_position(Oid seqoid)
+{
+	int64		horizon;
+
+	esrc_require_shared();
+	if (RecoveryInProgress())
+		return esrc_standby_horizon(NULL, -1);
+	horizon = esrc_sequence_last_value(seqoid);
+	pg_memory_barrier();
+	return scan_global(seqoid, horizon);
+}
+
+/*
  * A category bound (entry bound or overflow_bound) for step R2': the value
  * the word shows, after replacing this database's PENDING by last(seq) + 1
  * as in R2.  0 when the word shows something no reader may use (another
@@ -610,6 +606,66 @@ category_bound(Oid seqoid, pg_atomic_uint64 *word)
 }
 
 /*
+ * Step R2' for one slot: false if the slot holds nothing back (free,
+ * another database's, or its transaction ended while we looked: a changed
+ * generation).  Otherwise the values of its entries whose hash is one of
+ * hashes[0 .. nhashes - 1] (every entry when nhashes < 0) go to
+ * ehash/ebound (*nentries of them), and that of overflow_bound, when the
+ * slot overflowed and nhashes != 0, to *overflow (0: none).
+ */
+static bool
+read_slot_categories(Oid seqoid, EsrcInflightSlot *slot,
+					 const uint64 *hashes, int nhashes,
+					 uint64 *ehash, uint64 *ebound, int *nentries,
+					 uint64 *overflow)
+{
+	uint64		gen = pg_atomic_read_u64(&slot->generation);
+	uint32		ncat;
+	int			n;
+	int			j;
+
+	*nentries = 0;
+	*overflow = 0;
+	pg_read_barrier();
+	ncat = pg_atomic_read_u32(&slot->ncategories);
+	if (ncat == 0)
+		return false;
+	/* dbid and the entries are written before ncategories */
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&slot->dbid) != MyDatabaseId)
+		return false;
+	n = Min((int) (ncat & ~ESRC_SLOT_OVERFLOW), ESRC_SLOT_CATEGORIES);
+
+	for (j = 0; j < n; j++)
+	{
+		EsrcInflightCategory *entry = &slot->categories[j];
+		uint64		hash = pg_atomic_read_u64(&entry->hash);
+		bool		wanted = nhashes < 0;
+		int			k;
+
+		for (k = 0; k < nhashes && !wanted; k++)
+			wanted = hashes[k] == hash;
+		if (wanted)
+		{
+			uint64		b = category_bound(seqoid, &entry->bound);
+
+			if (b != 0)
+			{
+				ehash[*nentries] = hash;
+				ebound[*nentries] = b;
+				(*nentries)++;
+			}
+		}
+	}
+	if ((ncat & ESRC_SLOT_OVERFLOW) && nhashes != 0)
+		*overflow = category_bound(seqoid, &slot->overflow_bound);
+
+	/* a transaction that ended while we looked holds nothing back */
+	pg_read_barrier();
+	return pg_atomic_read_u64(&slot->generation) == gen;
+}
+
+/*
  * The safe read horizon of this database for a reader of the categories
  * hashes[0 .. nhashes - 1] (esrc_category_hash; duplicates are harmless):
  * like esrc_safe_position(), but only transactions that may append to one
@@ -619,7 +675,7 @@ category_bound(Oid seqoid, pg_atomic_uint64 *word)
  * snapshot taken after the call, and a later call for the same set never
  * returns less.  nhashes 0 gives last(seq).  Same costs as
  * esrc_safe_position(), times the compares of nhashes with each busy
- * slot's categories.
+ * slot's categories.  On a hot standby, from what the primary published.
  */
 int64
 esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
@@ -627,7 +683,9 @@ esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
 	int64		horizon;
 	int			i;
 
-	check_not_in_recovery();
+	esrc_require_shared();
+	if (RecoveryInProgress())
+		return esrc_standby_horizon(hashes, nhashes);
 
 	/* R1' */
 	horizon = esrc_sequence_last_value(seqoid);
@@ -635,59 +693,97 @@ esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
 
 	for (i = 0; i < esrc_shared->nslots; i++)
 	{
-		EsrcInflightSlot *slot = &esrc_shared->inflight[i];
-		uint64		gen = pg_atomic_read_u64(&slot->generation);
-		uint32		ncat;
+		uint64		ehash[ESRC_SLOT_CATEGORIES];
+		uint64		ebound[ESRC_SLOT_CATEGORIES];
+		uint64		overflow;
 		int			n;
 		int			j;
-		uint64		lowest = PG_UINT64_MAX;
-
-		pg_read_barrier();
-		ncat = pg_atomic_read_u32(&slot->ncategories);
-		if (ncat == 0)
-			continue;
-		/* dbid and the entries are written before ncategories */
-		pg_read_barrier();
-		if (pg_atomic_read_u32(&slot->dbid) != MyDatabaseId)
-			continue;
-		n = Min((int) (ncat & ~ESRC_SLOT_OVERFLOW), ESRC_SLOT_CATEGORIES);
 
 		/* R2' */
-		for (j = 0; j < n; j++)
-		{
-			EsrcInflightCategory *entry = &slot->categories[j];
-			uint64		hash = pg_atomic_read_u64(&entry->hash);
-			int			k;
-
-			for (k = 0; k < nhashes; k++)
-			{
-				if (hashes[k] == hash)
-				{
-					uint64		b = category_bound(seqoid, &entry->bound);
-
-					if (b != 0 && b < lowest)
-						lowest = b;
-					break;
-				}
-			}
-		}
-		if ((ncat & ESRC_SLOT_OVERFLOW) && nhashes > 0)
-		{
-			uint64		b = category_bound(seqoid, &slot->overflow_bound);
-
-			if (b != 0 && b < lowest)
-				lowest = b;
-		}
-
-		/* a transaction that ended while we looked holds nothing back */
-		pg_read_barrier();
-		if (pg_atomic_read_u64(&slot->generation) != gen)
+		if (!read_slot_categories(seqoid, &esrc_shared->inflight[i],
+								  hashes, nhashes, ehash, ebound, &n, &overflow))
 			continue;
 		/* R3' */
-		if (lowest != PG_UINT64_MAX && (int64) lowest - 1 < horizon)
-			horizon = (int64) lowest - 1;
+		if (overflow != 0 && (int64) overflow - 1 < horizon)
+			horizon = (int64) overflow - 1;
+		for (j = 0; j < n; j++)
+			if ((int64) ebound[j] - 1 < horizon)
+				horizon = (int64) ebound[j] - 1;
 	}
 	return horizon;
+}
+
+/*
+ * What the horizon publisher (standby.c) writes for the standbys: R1 once,
+ * then R2-R3 (cap->horizon, the global horizon) and R2' for every entry of
+ * every slot of this database, the values merged per hash (the lowest)
+ * into cap->hashes/bounds, sorted by hash, and the lowest overflow_bound
+ * (0: none).  A reader of S on a standby then computes R3' from these
+ * exactly as a reader of S here would have from the same reads (see the
+ * header, "Hot standbys").  The arrays are palloc'd here.
+ */
+void
+esrc_capture_registry(Oid seqoid, EsrcRegistryCapture *cap)
+{
+	int			max = esrc_shared->nslots * ESRC_SLOT_CATEGORIES;
+	int			i;
+
+	esrc_require_shared();
+	cap->hashes = palloc(sizeof(uint64) * max);
+	cap->bounds = palloc(sizeof(uint64) * max);
+	cap->nentries = 0;
+	cap->overflow_bound = 0;
+
+	/* R1 (= R1') */
+	cap->last_position = esrc_sequence_last_value(seqoid);
+	pg_memory_barrier();
+	cap->horizon = scan_global(seqoid, cap->last_position);
+
+	for (i = 0; i < esrc_shared->nslots; i++)
+	{
+		uint64		ehash[ESRC_SLOT_CATEGORIES];
+		uint64		ebound[ESRC_SLOT_CATEGORIES];
+		uint64		overflow;
+		int			n;
+		int			j;
+
+		if (!read_slot_categories(seqoid, &esrc_shared->inflight[i],
+								  NULL, -1, ehash, ebound, &n, &overflow))
+			continue;
+		if (overflow != 0 &&
+			(cap->overflow_bound == 0 || overflow < cap->overflow_bound))
+			cap->overflow_bound = overflow;
+		for (j = 0; j < n; j++)
+		{
+			int			k;
+
+			for (k = 0; k < cap->nentries && cap->hashes[k] != ehash[j]; k++)
+				;
+			if (k == cap->nentries)
+			{
+				cap->hashes[k] = ehash[j];
+				cap->bounds[k] = ebound[j];
+				cap->nentries++;
+			}
+			else if (ebound[j] < cap->bounds[k])
+				cap->bounds[k] = ebound[j];
+		}
+	}
+	/* sorted by hash, so that two captures compare entry by entry */
+	for (i = 1; i < cap->nentries; i++)
+	{
+		uint64		h = cap->hashes[i];
+		uint64		b = cap->bounds[i];
+		int			k = i - 1;
+
+		for (; k >= 0 && cap->hashes[k] > h; k--)
+		{
+			cap->hashes[k + 1] = cap->hashes[k];
+			cap->bounds[k + 1] = cap->bounds[k];
+		}
+		cap->hashes[k + 1] = h;
+		cap->bounds[k + 1] = b;
+	}
 }
 
 /*
