@@ -4,7 +4,8 @@
  *	  The face of src/log/: the event log itself.  append.c (the
  *	  version-checked write path), read.c (the index scans and the read
  *	  functions), order.c (positions, the in-flight registry and the
- *	  commit-safe horizon), rules.c (the stream rules as reads and appends
+ *	  commit-safe horizon), standby.c (that horizon published for hot
+ *	  standbys, and read there), rules.c (the stream rules as reads and appends
  *	  apply them), redaction.c (the one update esrc.events allows, and
  *	  erased streams), logaccess.c (may a role read the log), trace.c (the
  *	  trace context of events), jsonsize.c.  The subsystems above the log

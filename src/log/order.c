@@ -4,7 +4,8 @@
  *	  The in-flight registry and the safe read horizons: commit-safe global
  *	  order for read_all(), and per category for read_category() and the
  *	  long polls of subscriptions (subwait.c, woken from here at the end of
- *	  each transaction that appended).
+ *	  each transaction that appended); what the horizon publisher writes
+ *	  for hot standbys (standby.c), and the proof that it is enough.
  *
  * Event positions come from the sequence esrc.position_seq (CACHE 1, a
  * positive increment and NO CYCLE, so nextval() hands out strictly
@@ -141,6 +142,82 @@
  * its own: if T appended to A at 10, a reader of B returned 12, and T then
  * appends to B at 13, B's word is published at 13's C1 and bounds at 13 or
  * more, where T's min_position (10) would have dropped B's horizon to 9.
+ *
+ * Hot standbys (standby.c).  A standby has no registry of the primary's
+ * appends, and its copy of position_seq runs up to 32 values ahead of the
+ * primary's commits (sequences log ahead): it must learn the horizon from
+ * the primary, through WAL.  The primary's horizon publisher (one
+ * background worker per database that appends, woken from the end-of-append
+ * hook) runs esrc_capture_registry() -- R1 once, R2-R3 (the global horizon
+ * Hg) and R2' for every entry of every slot of the database, the values
+ * merged per category hash (the lowest) and the lowest overflow_bound --
+ * and, when that changed since its last row, writes it with M into the one
+ * row of esrc.standby_horizon in a transaction of its own that begins its
+ * write (and takes its xid) after the capture.  At most one row per
+ * esrc.standby_horizon_interval (default 5 ms), with synchronous_commit =
+ * local (flushed, so walsenders send it; never waits for a synchronous
+ * standby).  A reader on the standby reads the row under a snapshot taken
+ * then, and returns for S: Hg for the global horizon; otherwise min(M,
+ * (bound of each hash in S) - 1, (overflow) - 1 when S is not empty), i.e.
+ * R3' computed from the capture's reads.  It then reads events under a
+ * snapshot taken later (R4).
+ *
+ * Claim (safety on a standby): every position p <= H of S belongs to a
+ * transaction T that either is visible to the reader's event snapshot or
+ * never becomes visible on any server fed by this WAL.  The capture is a
+ * reader of every S at once (it replaces the PENDINGs a reader of S would,
+ * and others, which any reader may do), so by the claims above T's outcome
+ * was visible on the primary before the capture ended: T had run
+ * ProcArrayEndTransaction, and, if it committed, had inserted its commit
+ * record before that (RecordTransactionCommit), so before the row's
+ * transaction inserted anything.  The standby replays WAL in order and a
+ * transaction becomes visible to its snapshots when its commit record is
+ * replayed (xact_redo_commit); the snapshot that saw the row was taken after
+ * the row's commit record was replayed, so after T's, and the event
+ * snapshot is later still.  If T did not commit, no commit record of T ever
+ * follows, and a promotion ends it as aborted.  (Commit records come before
+ * the row's in WAL also with synchronous_commit = off: insertion order is
+ * WAL order.)
+ *
+ * Claim (monotonic on a standby): a call that starts after another
+ * returned H1 returns H2 >= H1.  One publisher per database writes at a
+ * time (standby.c: a publisher leaves before another starts, and writes
+ * nothing once leaving), and each capture starts after the previous row
+ * committed, so the rows commit in capture order and each capture starts
+ * after the previous one returned: by the monotonic claims per S, H of
+ * each S never drops from one row to the next.  The second call's
+ * snapshot is taken after the first's, so sees the same row or a later
+ * one.  A reader that moves to another standby may find it behind: it gets
+ * a lower H there, and so reads nothing new, but misses nothing: every
+ * event at or below H1 is committed in the WAL both replay.
+ *
+ * Promotion: the promoted standby's own registry takes over.  Its
+ * position_seq (logged ahead) is >= every position whose WAL it replayed,
+ * so >= the M of every row it replayed; transactions of the old primary
+ * with no commit record replayed end as aborted at the end of recovery.
+ * So its first horizon is >= the last one it returned as a standby, and
+ * the claims above hold from there on.
+ *
+ * Why a table row: a custom WAL resource manager would take no xid and
+ * less WAL, but every server replaying that WAL would need esrc loaded
+ * (a standby without it stops replay at the first record), and pg_waldump
+ * and pg_rewind would not know the records.  A heap update is replayed,
+ * dumped, rewound and decoded like any other; a standby without esrc
+ * preloaded replays it and refuses only esrc's reads (loading the library
+ * there raises "esrc must be loaded via shared_preload_libraries").
+ * Logical decoding sees the row's updates as changes of
+ * esrc.standby_horizon (leave it out of publications).  The price: one xid
+ * and about 250 bytes of WAL per row, and rows only while the registry
+ * changes: none when idle, at most 1000 / esrc.standby_horizon_interval
+ * per second (200 at 5 ms: 17.3 million xids a day at saturation; with
+ * autovacuum_freeze_max_age at 200 million, one more anti-wraparound
+ * vacuum every 11.6 days).  While no publisher writes (the setting at -1,
+ * a publisher failing, a database not appended to since its upgrade) a
+ * standby's horizons stay at the last row: safe, only stale.  The row
+ * names categories by esrc_category_hash (hash_bytes_extended, seed 0):
+ * primary and standby run the same PostgreSQL major, and a change of the
+ * hash or of the row's shape would be an upgrade of esrc's SQL, which
+ * replicates.
  *
  * What the proof takes from PostgreSQL, per major (re-read in the sources
  * of Debian's 15 and 18.6 packages; Debian's source of 17 could not be

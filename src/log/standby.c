@@ -365,23 +365,35 @@ publish(void)
  * No wake for ESRC_PUBLISHER_IDLE_MS: leave, so that the database can be
  * dropped (DROP DATABASE waits up to 5 s for its sessions to leave) and
  * an idle database holds no worker.  Once exited is set, the end-of-append
- * hook asks the launcher for a new publisher instead of setting our
- * latch; one that set it before is seen here, and we stay.
+ * hook asks the launcher for a new publisher instead of setting our latch;
+ * a wake that set our latch before is handed to the launcher here.  We
+ * publish nothing after exited is set, and the launcher starts a new
+ * publisher only in a slot not exited: so at most one publisher of a
+ * database writes at a time, and rows commit in the order of their
+ * captures (order.c, "Hot standbys", monotonic).
  */
 static void
 leave_if_idle(int slot)
 {
+	Latch	   *launcher = NULL;
+
 	SpinLockAcquire(&hz_shared->mutex);
 	hz_shared->slots[slot].exited = true;
 	SpinLockRelease(&hz_shared->mutex);
-	if (!MyLatch->is_set)
+	if (MyLatch->is_set)
 	{
-		my_idle_exit = true;
-		proc_exit(0);
+		SpinLockAcquire(&hz_shared->mutex);
+		if (hz_shared->nrequests < HZ_MAX_REQUESTS)
+			hz_shared->requests[hz_shared->nrequests++] = MyDatabaseId;
+		else
+			hz_shared->overflow = true;
+		launcher = hz_shared->launcher_latch;
+		SpinLockRelease(&hz_shared->mutex);
+		if (launcher != NULL)
+			SetLatch(launcher);
 	}
-	SpinLockAcquire(&hz_shared->mutex);
-	hz_shared->slots[slot].exited = false;
-	SpinLockRelease(&hz_shared->mutex);
+	my_idle_exit = true;
+	proc_exit(0);
 }
 
 void		esrc_horizon_publisher_main(Datum arg);
