@@ -1,6 +1,6 @@
--- esrc.standby_horizon: the one row in which the primary's horizon
--- publisher (src/log/standby.c) writes the in-flight registry for its hot
--- standbys, and esrc.standby_horizon_interval.  The reads on a standby
+-- esrc.standby_horizon: the one row which the primary's horizon publisher
+-- (src/log/standby.c) overwrites in place with the in-flight registry for
+-- its hot standbys, and esrc.standby_horizon_interval.  The reads on a standby
 -- are test/run-66-standby-reads.sh's.
 CREATE EXTENSION IF NOT EXISTS esrc;
 \set SHOW_CONTEXT never
@@ -26,13 +26,16 @@ BEGIN
 END
 $$;
 SELECT horizon = (SELECT max(position) FROM esrc.events) AS at_last_event,
-       category_hashes = '{}' AND category_bounds = '{}' AND overflow_bound IS NULL AS nothing_in_flight,
+       ncategories = 0 AND overflow_bound = 0 AS nothing_in_flight,
+       length(categories) AS category_bytes,
        published_at <= clock_timestamp() AS published
 FROM esrc.standby_horizon;
 
+-- in place: still the first version of the row (no transaction wrote it)
+SELECT ctid = '(0,1)' AS in_place FROM esrc.standby_horizon;
 -- one row, never a second
-INSERT INTO esrc.standby_horizon VALUES (true, now(), 0, 0, '{}', '{}', NULL);
-INSERT INTO esrc.standby_horizon VALUES (false, now(), 0, 0, '{}', '{}', NULL);
+INSERT INTO esrc.standby_horizon VALUES (true, now(), 0, 0, 0, 0, '\x');
+INSERT INTO esrc.standby_horizon VALUES (false, now(), 0, 0, 0, 0, '\x');
 
 -- readers may look at it; writers and the public may not write it
 SET ROLE esrc_reader;

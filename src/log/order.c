@@ -151,45 +151,53 @@
  * hook) runs esrc_capture_registry() -- R1 once, R2-R3 (the global horizon
  * Hg) and R2' for every entry of every slot of the database, the values
  * merged per category hash (the lowest) and the lowest overflow_bound --
- * and, when that changed since its last row, writes it with M into the one
- * row of esrc.standby_horizon in a transaction of its own that begins its
- * write (and takes its xid) after the capture.  At most one row per
- * esrc.standby_horizon_interval (default 5 ms), with synchronous_commit =
- * local (flushed, so walsenders send it; never waits for a synchronous
- * standby).  A reader on the standby reads the row under a snapshot taken
- * then, and returns for S: Hg for the global horizon; otherwise min(M,
- * (bound of each hash in S) - 1, (overflow) - 1 when S is not empty), i.e.
- * R3' computed from the capture's reads.  It then reads events under a
- * snapshot taken later (R4).
+ * and, when that changed since its last row, overwrites the one row of
+ * esrc.standby_horizon in place (heap_inplace_update: one WAL record, no
+ * new row version, no transaction id) and flushes the WAL, so that
+ * walsenders send it (it never waits for a standby).  The row always
+ * takes Hg; it takes M and the categories (hash, lowest bound) only when
+ * at most 16 distinct categories are in flight, and otherwise keeps those
+ * of the last reading that fit.  At most one row per
+ * esrc.standby_horizon_interval (default 5 ms).  A reader on the standby
+ * copies the row under its buffer's share lock and returns Hg for the
+ * global horizon, and for a set S max(Hg, Hc(S)), Hc(S) = min(M, (bound of
+ * each hash of S) - 1, (overflow) - 1 when S is not empty) from the
+ * reading whose categories the row holds: R3' computed from that
+ * reading's values.  It then reads events under a snapshot taken later
+ * (R4).
  *
  * Claim (safety on a standby): every position p <= H of S belongs to a
  * transaction T that either is visible to the reader's event snapshot or
- * never becomes visible on any server fed by this WAL.  The capture is a
- * reader of every S at once (it replaces the PENDINGs a reader of S would,
- * and others, which any reader may do), so by the claims above T's outcome
- * was visible on the primary before the capture ended: T had run
+ * never becomes visible on any server fed by this WAL.  Take the reading
+ * C whose value gave H (Hg of one, or Hc(S) of one).  C is a reader of
+ * every S at once (it replaces the PENDINGs a reader of S would, and
+ * others, which any reader may do), so by the claims above T's outcome was
+ * visible on the primary before C ended: T had run
  * ProcArrayEndTransaction, and, if it committed, had inserted its commit
- * record before that (RecordTransactionCommit), so before the row's
- * transaction inserted anything.  The standby replays WAL in order and a
- * transaction becomes visible to its snapshots when its commit record is
- * replayed (xact_redo_commit); the snapshot that saw the row was taken after
- * the row's commit record was replayed, so after T's, and the event
- * snapshot is later still.  If T did not commit, no commit record of T ever
- * follows, and a promotion ends it as aborted.  (Commit records come before
- * the row's in WAL also with synchronous_commit = off: insertion order is
- * WAL order.)
+ * record before that (RecordTransactionCommit), so before the publisher
+ * inserted the record that wrote C's values.  The standby replays WAL in
+ * order; replay overwrites the tuple under the buffer's exclusive lock, so
+ * the values the reader copied come from replaying that record or a later
+ * one, after T's commit record was replayed, and a transaction becomes
+ * visible to standby snapshots when its commit record is replayed
+ * (xact_redo_commit).  The event snapshot is taken after the copy.  If T
+ * did not commit, no commit record of T ever follows, and a promotion ends
+ * it as aborted.  (Insertion order is WAL order, with synchronous_commit =
+ * off too.)
  *
  * Claim (monotonic on a standby): a call that starts after another
  * returned H1 returns H2 >= H1.  One publisher per database writes at a
  * time (standby.c: a publisher leaves before another starts, and writes
- * nothing once leaving), and each capture starts after the previous row
- * committed, so the rows commit in capture order and each capture starts
- * after the previous one returned: by the monotonic claims per S, H of
- * each S never drops from one row to the next.  The second call's
- * snapshot is taken after the first's, so sees the same row or a later
- * one.  A reader that moves to another standby may find it behind: it gets
- * a lower H there, and so reads nothing new, but misses nothing: every
- * event at or below H1 is committed in the WAL both replay.
+ * nothing once leaving), and each reading starts after the previous write,
+ * so rows follow one another in WAL in the order of their readings, and
+ * each reading starts after the previous one returned: by the monotonic
+ * claims, Hg and Hc(S) of each S never drop from one reading to a later
+ * one, and the row only ever replaces them with those of a later reading.
+ * Replay is in WAL order and the second call copies the row after the
+ * first did, so it copies the same row or a later one.  A reader that
+ * moves to another standby may find it behind: it gets a lower H there,
+ * and so reads nothing new, but misses nothing: every event at or below H1
+ * is committed in the WAL both replay.
  *
  * Promotion: the promoted standby's own registry takes over.  Its
  * position_seq (logged ahead) is >= every position whose WAL it replayed,
@@ -198,26 +206,30 @@
  * So its first horizon is >= the last one it returned as a standby, and
  * the claims above hold from there on.
  *
- * Why a table row: a custom WAL resource manager would take no xid and
- * less WAL, but every server replaying that WAL would need esrc loaded
- * (a standby without it stops replay at the first record), and pg_waldump
- * and pg_rewind would not know the records.  A heap update is replayed,
- * dumped, rewound and decoded like any other; a standby without esrc
- * preloaded replays it and refuses only esrc's reads (loading the library
- * there raises "esrc must be loaded via shared_preload_libraries").
- * Logical decoding sees the row's updates as changes of
- * esrc.standby_horizon (leave it out of publications).  The price: one xid
- * and about 250 bytes of WAL per row, and rows only while the registry
- * changes: none when idle, at most 1000 / esrc.standby_horizon_interval
- * per second (200 at 5 ms: 17.3 million xids a day at saturation; with
- * autovacuum_freeze_max_age at 200 million, one more anti-wraparound
- * vacuum every 11.6 days).  While no publisher writes (the setting at -1,
- * a publisher failing, a database not appended to since its upgrade) a
- * standby's horizons stay at the last row: safe, only stale.  The row
- * names categories by esrc_category_hash (hash_bytes_extended, seed 0):
- * primary and standby run the same PostgreSQL major, and a change of the
- * hash or of the row's shape would be an upgrade of esrc's SQL, which
- * replicates.
+ * Why a row overwritten in place: a custom WAL resource manager would
+ * write about as little, but every server replaying that WAL would need
+ * esrc loaded (a standby without it stops replay at the first record), and
+ * pg_waldump and pg_rewind would not know the records.  A heap in-place
+ * update (what VACUUM writes into pg_class) is replayed, dumped and
+ * rewound like any other heap record, and logical decoding skips it; a
+ * standby without esrc preloaded replays it and refuses only esrc's reads
+ * (loading the library there raises "esrc must be loaded via
+ * shared_preload_libraries").  An ordinary UPDATE of the row would cost a
+ * transaction id and a commit record per row (200 a second at 5 ms: 17
+ * million xids a day) and, worse, its dead versions pruned on the primary
+ * would cancel (or stall the replay for up to max_standby_streaming_delay
+ * behind) every standby query of the database that runs longer than a
+ * prune cycle, a fraction of a second: in place there are no versions to
+ * prune.  The price: one WAL record of about 330 bytes per row, rows only
+ * while the registry changes (none when idle), at most 1000 /
+ * esrc.standby_horizon_interval a second, and a WAL flush each.  While no
+ * publisher writes (the setting at -1, a publisher failing, a database not
+ * appended to since its upgrade) a standby's horizons stay at the last
+ * row: safe, only stale.  The row names categories by esrc_category_hash
+ * (hash_bytes_extended, seed 0) in the server's byte order: primary and
+ * standby run the same PostgreSQL major on the same architecture, and a
+ * change of the hash or of the row's shape would be an upgrade of esrc's
+ * SQL, which replicates.
  *
  * What the proof takes from PostgreSQL, per major (re-read in the sources
  * of Debian's 15 and 18.6 packages; Debian's source of 17 could not be

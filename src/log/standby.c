@@ -3,8 +3,8 @@
  * standby.c
  *	  Commit-safe global reads on hot standbys: the horizon publisher (a
  *	  background worker per database that appends, and its launcher) that
- *	  writes the primary's in-flight registry, as order.c reads it, into
- *	  the one row of esrc.standby_horizon; and, on a standby, the horizons
+ *	  writes the primary's in-flight registry, as order.c reads it, in
+ *	  place into the one row of esrc.standby_horizon; and, on a standby, the horizons
  *	  of read_all, read_category and safe_position computed from the newest
  *	  row replayed.  Why that is safe: order.c's header, "Hot standbys".
  *
@@ -29,8 +29,10 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
-#include "catalog/pg_type.h"
-#include "executor/spi.h"
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/xlog.h"
+#include "storage/bufmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -40,7 +42,6 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
-#include "utils/array.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -55,12 +56,27 @@
 int			esrc_standby_horizon_interval = 5;
 
 /* the columns of esrc.standby_horizon (src/sql/00_core.sql) */
-#define Anum_sh_last_position	3
-#define Anum_sh_horizon			4
-#define Anum_sh_category_hashes 5
-#define Anum_sh_category_bounds 6
-#define Anum_sh_overflow_bound	7
+#define Anum_sh_published_at	2
+#define Anum_sh_horizon			3
+#define Anum_sh_last_position	4
+#define Anum_sh_overflow_bound	5
+#define Anum_sh_ncategories		6
+#define Anum_sh_categories		7
 #define Natts_sh				7
+
+/*
+ * The (hash, bound) pairs the row holds (the length of categories, which
+ * never changes: the row is overwritten in place).  A reading of the
+ * registry with more categories in flight leaves them as they were
+ * (publish()).
+ */
+#define SH_CATEGORIES			16
+
+typedef struct ShEntry
+{
+	uint64		hash;
+	uint64		bound;
+} ShEntry;
 
 #define HZ_MAX_REQUESTS		64
 
@@ -161,7 +177,7 @@ esrc_standby_init(void)
 {
 	DefineCustomIntVariable("esrc.standby_horizon_interval",
 							"Least time between two rows of the read horizon the primary publishes for its hot standbys (esrc.standby_horizon).",
-							"One transaction, and its WAL, per row; a row only when the horizon changed. -1 turns publishing off: standbys' global reads then stay where the last row left them.",
+							"One WAL record (about 330 bytes) and a WAL flush per row, no transaction id; a row only when the horizon changed. -1 turns publishing off: standbys' global reads then stay where the last row left them.",
 							&esrc_standby_horizon_interval,
 							5,
 							-1,
@@ -178,23 +194,16 @@ esrc_standby_init(void)
  * ----------------------------------------------------------------
  */
 
-static int
-deconstruct_int8s(Datum d, Datum **elems)
-{
-	int			n;
-
-	deconstruct_array(DatumGetArrayTypeP(d), INT8OID, 8, FLOAT8PASSBYVAL,
-					  TYPALIGN_DOUBLE, elems, NULL, &n);
-	return n;
-}
-
 /*
  * The horizon of this database on a hot standby for a reader of the
  * categories hashes[0 .. nhashes - 1] (nhashes < 0: the global horizon),
- * from the row of esrc.standby_horizon visible to a snapshot taken now, so
- * before the caller's read takes its own (order.c, "Hot standbys"):
- * R3 or R3' computed from what the primary's publisher read.  0 if there is
- * no row.
+ * from what replay has written into the row of esrc.standby_horizon
+ * (order.c, "Hot standbys"): the global horizon H of the newest reading of
+ * the primary's registry, and for a set of categories the larger of H and
+ * R3' computed from the newest reading whose categories the row holds.
+ * The tuple is copied under the buffer's share lock (replay overwrites it
+ * under the exclusive lock), before the caller's read takes its snapshot.
+ * 0 if there is no row.
  */
 int64
 esrc_standby_horizon(const uint64 *hashes, int nhashes)
@@ -207,38 +216,43 @@ esrc_standby_horizon(const uint64 *hashes, int nhashes)
 
 	if (tup != NULL)
 	{
+		Buffer		buf = ((HeapScanDesc) scan)->rs_cbuf;
 		Datum		values[Natts_sh];
 		bool		nulls[Natts_sh];
+		int64		cat;
 
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		tup = heap_copytuple(tup);
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
 		heap_deform_tuple(tup, RelationGetDescr(rel), values, nulls);
-		if (nhashes < 0)
-			horizon = DatumGetInt64(values[Anum_sh_horizon - 1]);
-		else
+		horizon = DatumGetInt64(values[Anum_sh_horizon - 1]);
+		cat = DatumGetInt64(values[Anum_sh_last_position - 1]);
+		if (nhashes > 0)
 		{
-			horizon = DatumGetInt64(values[Anum_sh_last_position - 1]);
-			if (nhashes > 0)
+			bytea	   *b = DatumGetByteaPP(values[Anum_sh_categories - 1]);
+			int			n = DatumGetInt32(values[Anum_sh_ncategories - 1]);
+			int64		overflow = DatumGetInt64(values[Anum_sh_overflow_bound - 1]);
+			int			i;
+
+			if (n < 0 || n > SH_CATEGORIES ||
+				VARSIZE_ANY_EXHDR(b) != SH_CATEGORIES * sizeof(ShEntry))
+				elog(ERROR, "esrc.standby_horizon holds %d categories in %zu bytes",
+					 n, (size_t) VARSIZE_ANY_EXHDR(b));
+			for (i = 0; i < n; i++)
 			{
-				Datum	   *h;
-				Datum	   *b;
-				int			n = deconstruct_int8s(values[Anum_sh_category_hashes - 1], &h);
-				int			i;
+				ShEntry		e;
+				int			k;
 
-				if (deconstruct_int8s(values[Anum_sh_category_bounds - 1], &b) != n)
-					elog(ERROR, "esrc.standby_horizon has as many category hashes as bounds");
-				for (i = 0; i < n; i++)
-				{
-					int			k;
-
-					for (k = 0; k < nhashes; k++)
-						if ((uint64) DatumGetInt64(h[i]) == hashes[k] &&
-							DatumGetInt64(b[i]) - 1 < horizon)
-							horizon = DatumGetInt64(b[i]) - 1;
-				}
-				if (!nulls[Anum_sh_overflow_bound - 1] &&
-					DatumGetInt64(values[Anum_sh_overflow_bound - 1]) - 1 < horizon)
-					horizon = DatumGetInt64(values[Anum_sh_overflow_bound - 1]) - 1;
+				memcpy(&e, VARDATA_ANY(b) + i * sizeof(ShEntry), sizeof(ShEntry));
+				for (k = 0; k < nhashes; k++)
+					if (e.hash == hashes[k] && (int64) e.bound - 1 < cat)
+						cat = (int64) e.bound - 1;
 			}
+			if (overflow != 0 && overflow - 1 < cat)
+				cat = overflow - 1;
 		}
+		if (nhashes >= 0)
+			horizon = Max(horizon, cat);
 	}
 	table_endscan(scan);
 	UnregisterSnapshot(snap);
@@ -276,24 +290,65 @@ same_capture(const EsrcRegistryCapture *a, const EsrcRegistryCapture *b)
 		memcmp(a->bounds, b->bounds, sizeof(uint64) * a->nentries) == 0;
 }
 
-static Datum
-int8_array(const uint64 *v, int n)
-{
-	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
-	int			i;
-
-	for (i = 0; i < n; i++)
-		d[i] = Int64GetDatum((int64) v[i]);
-	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL,
-										   TYPALIGN_DOUBLE));
-}
-
-/* The last row written (in TopMemoryContext); nentries < 0: none yet. */
+/* The last reading written (in TopMemoryContext); nentries < 0: none yet. */
 static EsrcRegistryCapture last = {0, 0, -1, NULL, NULL, 0};
 
 /*
+ * Overwrite the row in place with cap (heap_inplace_update: WAL-logged,
+ * no new row version, no transaction id): its global horizon, and, when
+ * the row has room for its categories, those and its last(seq) and
+ * overflow bound; otherwise the row keeps those of an earlier reading.
+ */
+static void
+write_row(Relation rel, const EsrcRegistryCapture *cap)
+{
+	HeapTuple	oldtup;
+	HeapTuple	newtup;
+	void	   *state;
+	Datum		values[Natts_sh];
+	bool		nulls[Natts_sh] = {false};
+	bool		replace[Natts_sh] = {false};
+
+	systable_inplace_update_begin(rel, InvalidOid, false, NULL, 0, NULL, &oldtup, &state);
+	if (oldtup == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("esrc.standby_horizon has no row"),
+				 errhint("Drop and create the extension esrc again.")));
+	values[Anum_sh_published_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	replace[Anum_sh_published_at - 1] = true;
+	values[Anum_sh_horizon - 1] = Int64GetDatum(cap->horizon);
+	replace[Anum_sh_horizon - 1] = true;
+	if (cap->nentries <= SH_CATEGORIES)
+	{
+		bytea	   *b = palloc0(VARHDRSZ + SH_CATEGORIES * sizeof(ShEntry));
+		int			i;
+
+		SET_VARSIZE(b, VARHDRSZ + SH_CATEGORIES * sizeof(ShEntry));
+		for (i = 0; i < cap->nentries; i++)
+		{
+			ShEntry		e = {cap->hashes[i], cap->bounds[i]};
+
+			memcpy(VARDATA(b) + i * sizeof(ShEntry), &e, sizeof(ShEntry));
+		}
+		values[Anum_sh_last_position - 1] = Int64GetDatum(cap->last_position);
+		values[Anum_sh_overflow_bound - 1] = Int64GetDatum((int64) cap->overflow_bound);
+		values[Anum_sh_ncategories - 1] = Int32GetDatum(cap->nentries);
+		values[Anum_sh_categories - 1] = PointerGetDatum(b);
+		replace[Anum_sh_last_position - 1] = true;
+		replace[Anum_sh_overflow_bound - 1] = true;
+		replace[Anum_sh_ncategories - 1] = true;
+		replace[Anum_sh_categories - 1] = true;
+	}
+	newtup = heap_modify_tuple(oldtup, RelationGetDescr(rel), values, nulls, replace);
+	systable_inplace_update_finish(state, newtup);
+}
+
+/*
  * Read the registry (order.c) and, when it changed since the last row,
- * write a new row, in a transaction of its own.  True if it wrote.
+ * overwrite the row and flush the WAL (so that walsenders send it; we
+ * never wait for a standby), in a transaction of its own that takes no
+ * transaction id.  True if it wrote.
  */
 static bool
 publish(void)
@@ -321,28 +376,15 @@ publish(void)
 		proc_exit(0);
 	}
 
-	/* the capture comes before this transaction's xid and commit record */
+	/* the capture comes before the row's WAL record */
 	esrc_capture_registry(seqoid, &cap);
 	if (last.nentries < 0 || !same_capture(&cap, &last))
 	{
-		Oid			types[5] = {INT8OID, INT8OID, INT8ARRAYOID, INT8ARRAYOID, INT8OID};
-		Datum		args[5];
-		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-		int			rc;
+		Relation	rel = table_open(relid, RowExclusiveLock);
 
-		args[0] = Int64GetDatum(cap.last_position);
-		args[1] = Int64GetDatum(cap.horizon);
-		args[2] = int8_array(cap.hashes, cap.nentries);
-		args[3] = int8_array(cap.bounds, cap.nentries);
-		args[4] = Int64GetDatum((int64) cap.overflow_bound);
-		if (cap.overflow_bound == 0)
-			nulls[4] = 'n';
-		SPI_connect();
-		rc = SPI_execute_with_args("UPDATE esrc.standby_horizon SET published_at = pg_catalog.clock_timestamp(), last_position = $1, horizon = $2, category_hashes = $3, category_bounds = $4, overflow_bound = $5",
-								   5, types, args, nulls, false, 0);
-		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "esrc horizon publisher: UPDATE failed: %d", rc);
-		SPI_finish();
+		write_row(rel, &cap);
+		table_close(rel, RowExclusiveLock);
+		XLogFlush(XactLastRecEnd);
 		wrote = true;
 
 		if (last.hashes != NULL)
@@ -421,8 +463,6 @@ esrc_horizon_publisher_main(Datum arg)
 
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
 	pgstat_report_appname("esrc horizon publisher");
-	/* never wait for a synchronous standby; flushed, so walsenders send it */
-	SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
 	for (;;)
