@@ -32,6 +32,8 @@ clients=${BENCH_CLIENTS:-2}
 rsecs=${BENCH_READ_SECONDS:-5}
 rounds=${BENCH_ROUNDS:-3}
 events=${BENCH_EVENTS:-100000}
+parts=${BENCH_PARTS:-123}
+interval=${BENCH_INTERVAL:-}
 
 ensure_deps
 [ -n "${BENCH_NO_BUILD:-}" ] || build_install
@@ -44,7 +46,8 @@ cleanup() {
     [ -n "${BENCH_KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-pg_start "$dir" "$pport" "max_connections = 40" "shared_buffers = 256MB" "max_wal_size = 4GB"
+pg_start "$dir" "$pport" "max_connections = 40" "shared_buffers = 256MB" "max_wal_size = 4GB" \
+    ${interval:+"esrc.standby_horizon_interval = '$interval'"}
 export PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=postgres
 p() { psql -qAtX -v ON_ERROR_STOP=1 -p "$pport" "$@"; }
 s() { psql -qAtX -v ON_ERROR_STOP=1 -p "$sport" "$@"; }
@@ -81,7 +84,8 @@ SELECT esrc.append('bench' || (:s % 8) || '-' || :s, 'Tick', '{"n": 1}');
 SQL
 echo "machine: $(nproc) cores$( [ -n "${BENCH_SHARED:-}" ] && echo ", shared with other jobs")"
 
-echo "1. horizon lag at $rate appends/s, ${secs}s"
+if [[ $parts == *1* ]]; then
+echo "1. horizon lag at $rate appends/s, ${secs}s, esrc.standby_horizon_interval $(p -c "SHOW esrc.standby_horizon_interval")"
 p -c "SELECT esrc.append('warm-1', 'Tick', '{}')" >/dev/null
 p -c "COPY (SELECT * FROM bench_sample($secs + 1)) TO STDOUT" >"$dir/primary.tsv" &
 sp=$!
@@ -116,7 +120,9 @@ print("  standby replay lag (first event seen):            p50 %.1f ms  p99 %.1f
 print("  p99 horizon lag - p99 replay lag: %.1f ms (target <= 10 ms)" % (pct(hz, .99) - pct(rp, .99)))
 PY
 grep -E "^tps" "$dir/pgbench-lag.log" | sed 's/^/  pgbench: /'
+fi
 
+if [[ $parts == *2* ]]; then
 echo "2. what the publishing adds (WAL bytes/s, transactions/s)"
 measure() {   # LABEL SECONDS RATE(0 = idle)
     local label=$1 t=$2 r=$3 lsn0 x0 lsn1 x1 n=0
@@ -144,7 +150,9 @@ measure "$rate appends/s, publishing off" "$secs" "$rate"
 setint "$deflt"
 measure "$rate appends/s, interval $deflt" "$secs" "$rate"
 p -c "SELECT '  row: ' || pg_column_size(h.*) || ' bytes' FROM esrc.standby_horizon h"
+fi
 
+[[ $parts == *3* ]] || exit 0
 echo "3. read_all(after, 1000) on the standby vs the primary, $clients clients, ${rsecs}s runs"
 p -c "SELECT count(*) FROM (SELECT esrc.append_batch('bulk-' || g, (SELECT jsonb_agg(jsonb_build_object('type', 'Tick', 'data', jsonb_build_object('n', i))) FROM generate_series(1, 100) i)) FROM generate_series(1, $events / 100) g) x" >/dev/null
 top=$(p -c "SELECT esrc.safe_position()")
@@ -152,6 +160,9 @@ for _ in $(seq 1 600); do
     [ "$(s -c "SELECT esrc.safe_position() >= $top")" = t ] && break
     sleep 0.1
 done
+# warm both caches
+p -c "SELECT count(*) FROM esrc.read_all(0, 1000000)" >/dev/null
+s -c "SELECT count(*) FROM esrc.read_all(0, 1000000)" >/dev/null
 cat >"$dir/read.pgbench" <<SQL
 \set a random(0, $top - 1000)
 SELECT count(*) FROM esrc.read_all(:a, 1000);
