@@ -15,7 +15,8 @@
 #     last one (a position below a returned horizon that became visible
 #     later would be missing).
 # Then the standby must reach the primary's final horizons (global and per
-# category).  Then, restarted without esrc in shared_preload_libraries,
+# category), and esrc.subscription_status and esrc.poll (without ack) on
+# it see every event of a subscription's category.  Then, restarted without esrc in shared_preload_libraries,
 # the standby replays the primary's rows (no crash) and a read says
 # clearly why it refuses; restarted with esrc and promoted (pg_ctl
 # promote), reads go on from where they were and see new appends.
@@ -194,6 +195,22 @@ for _ in $(seq 1 300); do
 done
 [ -n "$caught" ] || die "the standby never reached the primary's final horizon $final (it shows $(s -c "SELECT esrc.safe_position()"))"
 log "standby reached the primary's horizon $final; no reader missed an event or saw a horizon drop"
+
+# what a consumer reads on its own: subscription_status and a poll without
+# ack on the standby, up to the published horizon of the category
+p -c "SELECT esrc.create_subscription('sb_sub', ARRAY['sb1'])" >/dev/null
+want=$(p -c "SELECT count(*) FROM esrc.events WHERE category = 'sb1'")
+got=""
+for _ in $(seq 1 300); do
+    got=$(s -c "SELECT coalesce(sum(events_behind), -1) FROM esrc.subscription_status WHERE subscription = 'sb_sub'")
+    [ "$got" = "$want" ] && break
+    s -c "SELECT pg_sleep(0.1)" >/dev/null
+done
+[ "$got" = "$want" ] || die "subscription_status on the standby shows $got events behind, the primary has $want in sb1"
+polled=$(s -c "SELECT count(*) FROM esrc.poll('sb_sub', 'standby-member', 1000000)" 2>&1) \
+    || die "poll without ack on the standby failed: $polled"
+[ "$polled" = "$want" ] || die "poll on the standby returned $polled events of sb1, the primary has $want"
+log "subscription_status and poll (no ack) on the standby: $want events of sb1"
 
 # a standby without esrc preloaded: replays the rows, refuses reads clearly
 as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/s/data" -m fast -w -t 60 stop >/dev/null
