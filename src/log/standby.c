@@ -11,12 +11,12 @@
  * The launcher (a worker of the cluster, no database) starts a publisher
  * in a database when a transaction that appended there ends and none runs
  * (the end-of-append hook, esrc_listen_appended, asks it); the publisher
- * then stays, woken by its latch from that hook, and publishes a new row
- * when the registry's state changed, at most once per
- * esrc.standby_horizon_interval.  A publisher that finds no esrc (or an
- * esrc without the table) in its database leaves and is not started again
- * until the next append there; one that stops on an error starts again
- * after launch.c's back-off.  Both start only once recovery is over, so a
+ * then stays while appends go on, woken by its latch from that hook, and
+ * overwrites the row when the registry's state changed, at most once per
+ * esrc.standby_horizon_interval.  After ESRC_PUBLISHER_IDLE_MS without a
+ * wake, or when it finds no esrc (or an esrc without the table) in its
+ * database, it leaves, and the next append there asks for a new one; one
+ * that stops on an error starts again after launch.c's back-off.  Both start only once recovery is over, so a
  * standby runs neither and a promoted standby starts them.
  *
  *-------------------------------------------------------------------------
