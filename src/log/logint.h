@@ -82,6 +82,10 @@ typedef struct EsrcRegistryCapture
 
 extern void esrc_capture_registry(Oid seqoid, EsrcRegistryCapture *cap);
 
+/* standby.c: the entry points of the horizon launcher and publishers */
+extern PGDLLEXPORT void esrc_horizon_launcher_main(Datum arg);
+extern PGDLLEXPORT void esrc_horizon_publisher_main(Datum arg);
+
 /* rulebound.c: append marks of the streams with rules */
 extern void esrc_mark_append(uint32 hash);
 extern uint64 esrc_mark_clock(void);

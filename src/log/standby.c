@@ -438,7 +438,6 @@ leave_if_idle(int slot)
 	proc_exit(0);
 }
 
-void		esrc_horizon_publisher_main(Datum arg);
 
 void
 esrc_horizon_publisher_main(Datum arg)
@@ -682,7 +681,6 @@ hz_launcher_exit(int code, Datum arg)
 	SpinLockRelease(&hz_shared->mutex);
 }
 
-void		esrc_horizon_launcher_main(Datum arg);
 
 void
 esrc_horizon_launcher_main(Datum arg)
