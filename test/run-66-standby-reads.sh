@@ -20,6 +20,8 @@
 # the standby replays the primary's rows (no crash) and a read says
 # clearly why it refuses; restarted with esrc and promoted (pg_ctl
 # promote), reads go on from where they were and see new appends.
+# With 20 categories in flight at once (more than the row holds), an event
+# committed above them is not returned until they commit.
 # A standby that used last(seq) as its horizon (checked by hand: the
 # standby's sequence runs up to 32 values ahead of the primary's appends)
 # fails the "missed events" check.
@@ -211,6 +213,65 @@ polled=$(s -c "SELECT count(*) FROM esrc.poll('sb_sub', 'standby-member', 100000
     || die "poll without ack on the standby failed: $polled"
 [ "$polled" = "$want" ] || die "poll on the standby returned $polled events of sb1, the primary has $want"
 log "subscription_status and poll (no ack) on the standby: $want events of sb1"
+
+# more categories in flight than the row holds (5 transactions x 4
+# categories = 20 > 16): the row keeps the categories of an earlier
+# reading, and read_category on the standby must still wait for them.
+# Holders append to mc<i>a..d and then wait behind a gate (a table locked
+# by a session terminated at the end); meanwhile mc0a-late commits above
+# their positions, and the standby must not return it.
+p -c "CREATE TABLE mc_gate ()"
+psql -qAtX -p "$pport" -c "SET application_name = 'mc_gate'" -c "BEGIN" \
+    -c "LOCK mc_gate IN ACCESS EXCLUSIVE MODE" -c "SELECT pg_sleep(300)" >/dev/null 2>&1 &
+gate_pid=$!
+reader_pids+=($gate_pid)
+for _ in $(seq 1 300); do
+    [ "$(p -c "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                WHERE a.application_name = 'mc_gate' AND l.relation = 'mc_gate'::regclass AND l.granted")" = 1 ] && break
+    sleep 0.1
+done
+holders=()
+for i in 0 1 2 3 4; do
+    psql -qAtX -v ON_ERROR_STOP=1 -p "$pport" >"$dir/holder-$i.log" 2>&1 <<SQL &
+BEGIN;
+SELECT esrc.append('mc${i}a-1', 'Held', '{}'), esrc.append('mc${i}b-1', 'Held', '{}'),
+       esrc.append('mc${i}c-1', 'Held', '{}'), esrc.append('mc${i}d-1', 'Held', '{}');
+SELECT count(*) FROM mc_gate;
+COMMIT;
+SQL
+    holders+=($!)
+done
+for _ in $(seq 1 300); do
+    [ "$(p -c "SELECT count(*) FROM esrc.inflight_appends")" = 5 ] && break
+    sleep 0.1
+done
+[ "$(p -c "SELECT count(*) FROM esrc.inflight_appends")" = 5 ] || die "the 5 holders did not start"
+late=$(p -c "SELECT esrc.append('mc0a-late', 'Late', '{}')" >/dev/null && p -c "SELECT position FROM esrc.events WHERE stream = 'mc0a-late'")
+late_at=$(p -c "SELECT recorded_at FROM esrc.events WHERE stream = 'mc0a-late'")
+# wait until the standby has a row published after the late append
+for _ in $(seq 1 300); do
+    [ "$(s -c "SELECT published_at > '$late_at' FROM esrc.standby_horizon")" = t ] && break
+    s -c "SELECT pg_sleep(0.1)" >/dev/null
+done
+[ "$(s -c "SELECT published_at > '$late_at' FROM esrc.standby_horizon")" = t ] || die "no row published after the late append"
+[ "$(s -c "SELECT count(*) FROM esrc.events WHERE position = $late")" = 1 ] || die "the standby has not replayed the late append"
+[ "$(s -c "SELECT count(*) FROM esrc.read_category('mc0a', 0, 1000)")" = 0 ] \
+    || die "read_category('mc0a') on the standby returned the late event at $late while a lower position of mc0a was in flight"
+[ "$(s -c "SELECT count(*) FROM esrc.read_all($late - 1, 10)")" = 0 ] || die "read_all on the standby returned the late event"
+p -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'mc_gate'" >/dev/null
+for pid in "${holders[@]}"; do wait "$pid" || { cat "$dir"/holder-*.log; die "a holder failed"; }; done
+final=$(p -c "SELECT esrc.safe_position()")
+caught=""
+for _ in $(seq 1 300); do
+    if [ "$(s -c "SELECT esrc.safe_position() = $final
+                      AND (SELECT count(*) FROM esrc.read_category('mc0a', 0, 1000)) = 2")" = t ]; then
+        caught=yes
+        break
+    fi
+    s -c "SELECT pg_sleep(0.1)" >/dev/null
+done
+[ -n "$caught" ] || die "after the holders committed the standby did not reach $final with both mc0a events"
+log "20 categories in flight: the standby held read_category and read_all below them, then caught up"
 
 # a standby without esrc preloaded: replays the rows, refuses reads clearly
 as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/s/data" -m fast -w -t 60 stop >/dev/null
