@@ -13,7 +13,9 @@
 #     must come back first (the horizon did not drop below it); at the end
 #     the events each one saw must be every event of the primary up to its
 #     last one (a position below a returned horizon that became visible
-#     later would be missing).
+#     later would be missing);
+#   - a REPEATABLE READ transaction open throughout: with
+#     max_standby_streaming_delay = 0 any replay conflict would cancel it.
 # Then the standby must reach the primary's final horizons (global and per
 # category), and esrc.subscription_status and esrc.poll (without ack) on
 # it see every event of a subscription's category.  Then, restarted without esrc in shared_preload_libraries,
@@ -41,7 +43,10 @@ cleanup() {
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-pg_start "$dir" "$pport" "max_connections = 40" "wal_level = replica" "max_wal_senders = 4"
+# autovacuum off: its visibility-map records could cancel the long reader
+# below; nothing else in this test removes row versions
+pg_start "$dir" "$pport" "max_connections = 40" "wal_level = replica" "max_wal_senders = 4" \
+    "autovacuum = off"
 
 export PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=postgres
 p() { psql -qAtX -v ON_ERROR_STOP=1 -p "$pport" "$@"; }
@@ -124,6 +129,7 @@ standby_conf() {
         echo "port = $sport"
         echo "unix_socket_directories = '$dir/s'"
         echo "shared_preload_libraries = '$1'"
+        echo "max_standby_streaming_delay = 0"
     } | as_test_user tee -a "$dir/s/data/postgresql.conf" >/dev/null
 }
 standby_start() {
@@ -146,6 +152,12 @@ EOF2
 
 log "$clients writers on the primary, 4 readers on the standby, ${secs}s"
 s -c "CALL sb_follow_horizon($secs)" >"$dir/r-horizon.log" 2>&1 &
+reader_pids+=($!)
+# a long transaction on the standby: with max_standby_streaming_delay = 0
+# any replay conflict would cancel it (the publisher leaves no row
+# versions for the primary to prune)
+s -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM esrc.events" \
+  -c "SELECT pg_sleep($secs)" -c "SELECT count(*) FROM esrc.events" -c "COMMIT" >"$dir/r-long.log" 2>&1 &
 reader_pids+=($!)
 s -c "CALL sb_follow_reads($secs, NULL)" >"$dir/r-all.log" 2>&1 &
 reader_pids+=($!)
