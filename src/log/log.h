@@ -4,7 +4,8 @@
  *	  The face of src/log/: the event log itself.  append.c (the
  *	  version-checked write path), read.c (the index scans and the read
  *	  functions), order.c (positions, the in-flight registry and the
- *	  commit-safe horizon), rules.c (the stream rules as reads and appends
+ *	  commit-safe horizon), standby.c (that horizon published for hot
+ *	  standbys, and read there), rules.c (the stream rules as reads and appends
  *	  apply them), redaction.c (the one update esrc.events allows, and
  *	  erased streams), logaccess.c (may a role read the log), trace.c (the
  *	  trace context of events), jsonsize.c.  The subsystems above the log
@@ -93,6 +94,17 @@ extern XLogRecPtr esrc_appended_commit_end(void);
 extern uint64 esrc_category_hash(const char *category, int len);
 extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
 									int nhashes);
+
+/*
+ * standby.c: the horizon on a hot standby, from what the primary
+ * published (nhashes < 0: the global horizon); the publisher's setting,
+ * launcher and shared memory.
+ */
+extern int64 esrc_standby_horizon(const uint64 *hashes, int nhashes);
+extern int	esrc_standby_horizon_interval;
+extern void esrc_standby_init(void);
+extern Size esrc_standby_shmem_size(void);
+extern void esrc_standby_shmem_init(void);
 
 /*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags

@@ -63,6 +63,29 @@ typedef struct EsrcSharedState
 
 extern EsrcSharedState *esrc_shared;
 
+/*
+ * order.c, for the horizon publisher (standby.c): one reading of the
+ * registry of this database, R1 then R2-R3 and R2' of every entry (see
+ * order.c, "Hot standbys").  horizon is the global horizon; hashes and
+ * bounds (nentries, sorted by hash) the lowest bound per category hash;
+ * overflow_bound the lowest overflow_bound, 0 if none.
+ */
+typedef struct EsrcRegistryCapture
+{
+	int64		last_position;	/* M: last(seq) at R1 */
+	int64		horizon;		/* R3 */
+	int			nentries;
+	uint64	   *hashes;
+	uint64	   *bounds;
+	uint64		overflow_bound;
+} EsrcRegistryCapture;
+
+extern void esrc_capture_registry(Oid seqoid, EsrcRegistryCapture *cap);
+
+/* standby.c: the entry points of the horizon launcher and publishers */
+extern PGDLLEXPORT void esrc_horizon_launcher_main(Datum arg);
+extern PGDLLEXPORT void esrc_horizon_publisher_main(Datum arg);
+
 /* rulebound.c: append marks of the streams with rules */
 extern void esrc_mark_append(uint32 hash);
 extern uint64 esrc_mark_clock(void);
