@@ -15,7 +15,8 @@ from esrc.testing import DeciderSpec
 from users import (AlreadyRegistered, ChangeUserName, RegisterUser, UnknownUser, User,
                    UserNameChanged, UserRegistered, decider)
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+CLIENT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.environ.get("ESRC_ROOT") or os.path.join(CLIENT, "..", "..")
 
 
 def test_version_is_the_extensions() -> None:
@@ -23,7 +24,7 @@ def test_version_is_the_extensions() -> None:
     m = re.search(r"default_version\s*=\s*'([^']+)'", control)
     assert m, "no default_version in esrc.control"
     assert esrc.__version__ == m.group(1)
-    pyproject = open(os.path.join(ROOT, "clients", "python", "pyproject.toml")).read()
+    pyproject = open(os.path.join(CLIENT, "pyproject.toml")).read()
     assert 'version = "%s"' % m.group(1) in pyproject
 
 

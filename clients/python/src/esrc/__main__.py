@@ -31,7 +31,7 @@ SUBSCRIPTION_STATUS_SQL = """
 SELECT subscription, partition, coalesce(member, '-'), checkpoint, events_behind,
        round(coalesce(seconds_behind, 0)::numeric, 1)
 FROM esrc.subscription_status
-WHERE subscription NOT LIKE 'projection:%'
+WHERE NOT starts_with(subscription, 'projection:')
 ORDER BY subscription, partition"""
 
 PROJECTION_STATUS_SQL = """

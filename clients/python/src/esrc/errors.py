@@ -102,7 +102,7 @@ def from_psycopg(e: psycopg.Error) -> EsrcError:
             or (sqlstate or "").startswith(("08", "57P")):
         cls: type[EsrcError] = ConnectionLostError
     else:
-        cls = _BY_SQLSTATE.get(sqlstate, EsrcError)
+        cls = _BY_SQLSTATE.get(sqlstate or "", EsrcError)
     diag = e.diag
     message = diag.message_primary or str(e).strip() or type(e).__name__
     return cls(message, sqlstate=sqlstate, detail=diag.message_detail,
