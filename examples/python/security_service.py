@@ -51,7 +51,8 @@ class UserRegistered:
 @types.register
 @dataclass(frozen=True)
 class UserNameChanged:
-    name: str
+    email: str          # the same envelope: the event names its user, as the
+    name: str           # SQL handlers' events do (examples/projections reads it)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def decide(command: Command, state: State) -> list[Event]:
         return [UserRegistered(command.email, command.name)]
     if state is None:
         raise UnknownUser()
-    return [UserNameChanged(command.name)]
+    return [UserNameChanged(state.email, command.name)]
 
 
 def from_snapshot(state: Any) -> State:
@@ -179,7 +180,8 @@ def self_check(conninfo: str) -> None:
         assert email not in str(events[0].data) and email_of(store, user_id) == email
         # a stale decision is refused with 40001 and nothing is written
         try:
-            store.append(stream_of(user_id), UserNameChanged("stale"), expected_version=1)
+            store.append(stream_of(user_id), UserNameChanged(events[0].data["email"], "stale"),
+                         expected_version=1)
             raise AssertionError("stale append was accepted")
         except esrc.ConcurrencyError as e:
             assert e.sqlstate == "40001"

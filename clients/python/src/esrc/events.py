@@ -141,11 +141,26 @@ def _from_json(hint: Any, value: Any) -> Any:
     return value
 
 
+_FIELDS: dict[type[Any], list[tuple[str, Any]]] = {}
+
+
+def _fields(cls: type[Any]) -> list[tuple[str, Any]]:
+    """A dataclass's fields and their resolved types (cached: resolving
+    them costs more than decoding an event)."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        hints = typing.get_type_hints(cls)
+        fields = [(f.name, hints.get(f.name, Any)) for f in dataclasses.fields(cls)]
+        _FIELDS[cls] = fields
+    return fields
+
+
+_PLAIN = (str, int, float, bool, Any)
+
+
 def _construct(cls: type[T], data: Mapping[str, Any]) -> T:
-    hints = typing.get_type_hints(cls)
-    kwargs = {f.name: _from_json(hints.get(f.name, Any), data[f.name])
-              for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-              if f.name in data}
+    kwargs = {name: (data[name] if hint in _PLAIN else _from_json(hint, data[name]))
+              for name, hint in _fields(cls) if name in data}
     return cls(**kwargs)
 
 
