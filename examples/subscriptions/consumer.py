@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -119,8 +120,12 @@ def main() -> int:
     c = esrc.Consumer(a.dsn, a.subscription, member, make_handler(a.table, member),
                       exactly_once=not a.at_least_once, max_count=a.max_count, wait=a.wait,
                       on_batch=on_batch, on_retry=on_retry, prepare_threshold=None)
+    # SIGTERM and SIGINT stop it after the current batch (run() installs the
+    # same handlers; these cover the start, before the first poll)
+    signal.signal(signal.SIGTERM, c.stop)
+    signal.signal(signal.SIGINT, c.stop)
     create_table(c.conn, a.table, member)
-    stats = c.run()   # SIGTERM and SIGINT stop it after the current batch
+    stats = c.run()
     print("%s: stopped after %d batches, %d events, %d retries"
           % (member, stats.batches, stats.events, stats.retries + stats.reconnects), flush=True)
     return 0

@@ -161,3 +161,41 @@ def test_async_consumer_exactly_once(dsn: str, store: esrc.EventStore, uid: str)
     assert stats.events == 25 and stats.batches == 3
     rows = [r[0] for r in store.conn.execute("SELECT position FROM %s ORDER BY 1" % table)]
     assert rows == positions
+
+
+class AsyncUserNames(esrc.AsyncProjection):
+    def __init__(self, name: str, category: str) -> None:
+        self.name = name
+        self.categories = [category]
+        self.table = name + "_names"
+
+    async def setup(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("CREATE TABLE IF NOT EXISTS %s (stream text PRIMARY KEY, name text)" % self.table)
+
+    async def apply(self, event: esrc.RecordedEvent, conn: psycopg.AsyncConnection[Any]) -> None:
+        if isinstance(event.event, (UserRegistered, UserNameChanged)):
+            await conn.execute("INSERT INTO %s VALUES (%%s, %%s) ON CONFLICT (stream) DO UPDATE "
+                               "SET name = excluded.name" % self.table, (event.stream, event.event.name))
+
+    async def forget(self, event: esrc.RecordedEvent, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("DELETE FROM %s WHERE stream = %%s" % self.table, (event.stream,))
+
+
+def test_async_projection_erasure(dsn: str, store: esrc.EventStore, admin: esrc.EventStore, uid: str) -> None:
+    cat = "apuser" + uid
+    for who in ("ann", "bob"):
+        store.append("%s-%s" % (cat, who), UserRegistered(who + "@x", who.title()))
+
+    async def main() -> None:
+        c = await esrc.AsyncConsumer.for_projection(dsn, AsyncUserNames("anames" + uid, cat), "p1",
+                                                    types=types, wait=0.0)
+        while await c.poll_once():
+            pass
+        admin.conn.execute("SELECT esrc.erase_stream(%s, 'subject request')", (cat + "-bob",))
+        while await c.poll_once():
+            pass
+        c.stop()
+        await c.run(install_signal_handlers=False)
+
+    asyncio.run(main())
+    assert store.conn.execute("SELECT stream, name FROM anames%s_names" % uid).fetchall() == [(cat + "-ann", "Ann")]

@@ -7,8 +7,8 @@ subscription consumers and projections (:class:`Consumer`,
 :class:`AsyncConsumer`, :class:`Projection`).  See clients/python/README.md.
 """
 from ._version import __version__
-from .consumer import (AsyncConsumer, Consumer, ConsumerStats, Projection,
-                       ensure_subscription)
+from .consumer import (AsyncConsumer, AsyncProjection, Consumer, ConsumerStats, Projection,
+                       ensure_subscription, ensure_subscription_async)
 from .decider import (AsyncCommandHandler, Backoff, CommandHandler, Decider, Outcome,
                       event_id)
 from .errors import (CancelledError, ConcurrencyError, ConnectionLostError, DecodeError,
@@ -25,7 +25,8 @@ __all__ = [
     "EventStore", "AsyncEventStore", "check_server_version",
     "EventTypes", "NewEvent", "RecordedEvent",
     "Decider", "CommandHandler", "AsyncCommandHandler", "Backoff", "Outcome", "event_id",
-    "Consumer", "AsyncConsumer", "ConsumerStats", "Projection", "ensure_subscription",
+    "Consumer", "AsyncConsumer", "ConsumerStats", "Projection", "AsyncProjection",
+    "ensure_subscription", "ensure_subscription_async",
     "EsrcError", "ConcurrencyError", "RetriesExhausted", "ObjectStateError",
     "InvalidEventError", "DuplicateIdError", "NotFoundError", "PermissionDeniedError",
     "CancelledError", "ConnectionLostError", "ServerVersionError", "DecodeError",

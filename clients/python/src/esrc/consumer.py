@@ -107,6 +107,47 @@ class Projection:
                 self.apply(e, conn)
 
 
+class AsyncProjection:
+    """The asyncio mirror of :class:`Projection` (async ``setup``,
+    ``apply``, ``forget``), run by :meth:`AsyncConsumer.for_projection`."""
+    name: str = ""
+    categories: Sequence[str] | None = None
+    partitions: int = 1
+
+    async def setup(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Create the tables (runs once per consumer start, in a transaction)."""
+
+    async def apply(self, event: RecordedEvent, conn: psycopg.AsyncConnection[Any]) -> None:
+        raise NotImplementedError
+
+    async def forget(self, event: RecordedEvent, conn: psycopg.AsyncConnection[Any]) -> None:
+        raise NotImplementedError(
+            "%s receives a tombstone (%s of %s) and has no forget(): remove what it derived "
+            "from that stream there" % (type(self).__name__, event.type, event.stream))
+
+    async def handle(self, events: list[RecordedEvent], conn: psycopg.AsyncConnection[Any]) -> None:
+        for e in events:
+            if e.is_tombstone:
+                await self.forget(e, conn)
+            elif not e.redacted:
+                await self.apply(e, conn)
+
+
+async def ensure_subscription_async(store: AsyncEventStore, name: str,
+                                    categories: Sequence[str] | None = None,
+                                    partitions: int = 1) -> bool:
+    """The asyncio mirror of :func:`ensure_subscription`."""
+    if await store._rows(subscription_exists_sql(), (name,)):
+        return False
+    try:
+        async with store.transaction():
+            await store._rows(CREATE_SUBSCRIPTION_SQL,
+                              (name, list(categories) if categories else None, partitions))
+    except DuplicateIdError:
+        return False
+    return True
+
+
 class Consumer:
     """One member of a subscription (sync)."""
 
@@ -295,6 +336,18 @@ class AsyncConsumer:
         self._pending_ack: int | None = None
         self._store: AsyncEventStore | None = None
         self._cancels: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def for_projection(cls, conninfo: str, projection: AsyncProjection, member: str,
+                             **kwargs: Any) -> AsyncConsumer:
+        """The asyncio mirror of :meth:`Consumer.for_projection`."""
+        c = cls(conninfo, projection.name, member, projection.handle, exactly_once=True, **kwargs)
+        store = await c.store()
+        await ensure_subscription_async(store, projection.name, projection.categories,
+                                        projection.partitions)
+        async with store.transaction():
+            await projection.setup(store.conn)
+        return c
 
     async def store(self) -> AsyncEventStore:
         if self._store is None or self._store.conn.closed:
