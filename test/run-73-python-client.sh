@@ -43,11 +43,12 @@ psql "$dsn" -qAtX -v ON_ERROR_STOP=1 -c "CREATE EXTENSION esrc" >/dev/null
 log "building the wheel from the tree and installing it with pip"
 cp -r "$ESRC_ROOT/clients/python" "$dir/client"
 rm -rf "$dir/client/build" "$dir/client/src/"*.egg-info
-"$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
-    -w "$dir/wheel" "$dir/client" >/dev/null 2>"$dir/wheel.log" || { cat "$dir/wheel.log"; die "pip wheel failed"; }
-wheel=$(ls "$dir"/wheel/esrc-*.whl)
-python3 -m zipfile -l "$wheel" >"$dir/wheel.list"; grep -q 'esrc/py.typed' "$dir/wheel.list" || die "the wheel has no esrc/py.typed"
-"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --target "$dir/site" "$wheel" >/dev/null
+# one pip run: it builds the wheel (setuptools, pyproject.toml) and installs it
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
+    --target "$dir/site" "$dir/client" >"$dir/pip.log" 2>&1 || { cat "$dir/pip.log"; die "pip install failed"; }
+[ -f "$dir/site/esrc/py.typed" ] || die "the installed package has no esrc/py.typed"
+wheel=$(ls -d "$dir"/site/esrc-*.dist-info)
+grep -qx 'Tag: py3-none-any' "$wheel/WHEEL" || die "pip did not install a py3-none-any wheel: $(cat "$wheel/WHEEL")"
 log "installed $(basename "$wheel")"
 
 log "pytest"
@@ -62,6 +63,7 @@ log "pytest"
 log "mypy --strict"
 ( cd "$ESRC_ROOT" && MYPYPATH="$ESRC_ROOT/clients/python/src" "$venv/bin/mypy" --strict \
       --cache-dir "$ESRC_CACHE/python-client-mypy" --python-version 3.10 \
-      clients/python/src/esrc examples/python/security_service.py examples/subscriptions/consumer.py ) \
+      clients/python/src/esrc clients/python/tests examples/python/security_service.py \
+      examples/subscriptions/consumer.py ) \
     || die "mypy --strict found errors"
 log "ok - the Python client"
