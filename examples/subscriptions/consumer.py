@@ -32,14 +32,29 @@ what it derived from the stream there: see esrc.Projection.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import signal
-import sys
-from typing import Any
+from types import FrameType
+from typing import Optional
 
-import psycopg
-from psycopg import sql
+# SIGTERM or SIGINT during the start (importing psycopg takes a while on a
+# busy machine) is remembered and honoured once the consumer exists
+_stop_at_start: list[int] = []
+
+
+def _remember(signum: int, frame: Optional[FrameType]) -> None:
+    _stop_at_start.append(signum)
+
+
+signal.signal(signal.SIGTERM, _remember)
+signal.signal(signal.SIGINT, _remember)
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
 
 try:
     import esrc
@@ -124,6 +139,8 @@ def main() -> int:
     # same handlers; these cover the start, before the first poll)
     signal.signal(signal.SIGTERM, c.stop)
     signal.signal(signal.SIGINT, c.stop)
+    if _stop_at_start:
+        c.stop()
     create_table(c.conn, a.table, member)
     stats = c.run()
     print("%s: stopped after %d batches, %d events, %d retries"
