@@ -265,8 +265,8 @@ class EventTypes:
         """A :class:`RecordedEvent` from a row of ``esrc.event``'s columns,
         decoded unless it is a tombstone or redacted."""
         position, stream, version, type_name, data, metadata, id_, recorded_at = row
-        ev = RecordedEvent(position, stream, version, type_name, data, metadata, id_, recorded_at)
-        if ev.is_tombstone or ev.redacted:
-            return ev
-        decoded = self.decode(type_name, data, metadata)
-        return ev if decoded is None else dataclasses.replace(ev, event=decoded)
+        decoded = None
+        if type_name not in (ERASED, DELETED) and not (metadata is None and data == {"erased": True}):
+            decoded = self.decode(type_name, data, metadata)
+        return RecordedEvent(position, stream, version, type_name, data, metadata, id_, recorded_at,
+                             decoded)
