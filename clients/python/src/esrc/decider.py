@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .errors import ConcurrencyError, DecodeError, RetriesExhausted
-from .events import NewEvent, RecordedEvent
+from .events import DELETED, ERASED, EventTypes, NewEvent
 from .store import AsyncEventStore, EventStore
 
 C = TypeVar("C")
@@ -93,18 +93,21 @@ def _category(stream: str) -> str:
     return stream.split("-", 1)[0]
 
 
-def _folded(decider: Decider[Any, E, S], stream: str,
-            events: Sequence[RecordedEvent]) -> tuple[S, int | None]:
+def _folded(decider: Decider[Any, E, S], types: EventTypes, stream: str,
+            rows: Sequence[tuple[Any, ...]]) -> tuple[S, int | None]:
+    """The state from ``(version, type, data, metadata)`` rows, and the
+    last row's version."""
     state = decider.initial_state()
-    for r in events:
-        if r.is_tombstone or r.redacted:
+    for version, type_name, data, metadata in rows:
+        if type_name in (ERASED, DELETED) or (metadata is None and data == {"erased": True}):
             continue  # a soft-deleted stream starts again from the initial state
-        if r.event is None:
+        event = types.decode(type_name, data, metadata)
+        if event is None:
             raise DecodeError("event type %s (stream %s, version %d) is not registered"
-                              % (r.type, stream, r.version),
+                              % (type_name, stream, version),
                               hint="Register the classes of the decider's events with EventTypes.register.")
-        state = decider.evolve(state, r.event)
-    return state, (events[-1].version if events else None)
+        state = decider.evolve(state, event)
+    return state, (rows[-1][0] if rows else None)
 
 
 class CommandHandler(Generic[C, E, S]):
@@ -127,7 +130,7 @@ class CommandHandler(Generic[C, E, S]):
                 raw, version = self.store.load(snapshot, stream)
                 return (self.decider.from_snapshot(raw) if version >= 0
                         else self.decider.initial_state()), version
-        state, last = _folded(self.decider, stream, self.store.read_stream(stream))
+        state, last = _folded(self.decider, self.store.types, stream, self.store.fold_rows(stream))
         # the last visible event's version is the one read with the events
         # (one statement, one snapshot); only a stream with none visible
         # needs its version on its own
@@ -172,7 +175,7 @@ class AsyncCommandHandler(Generic[C, E, S]):
                 raw, version = await self.store.load(snapshot, stream)
                 return (self.decider.from_snapshot(raw) if version >= 0
                         else self.decider.initial_state()), version
-        state, last = _folded(self.decider, stream, await self.store.read_stream(stream))
+        state, last = _folded(self.decider, self.store.types, stream, await self.store.fold_rows(stream))
         return state, last if last is not None else await self.store.stream_version(stream)
 
     async def handle(self, stream: str, command: C, *, command_id: uuid.UUID | None = None,

@@ -32,8 +32,12 @@ ANY = None
 COLUMNS = "position, stream, version, type, data, metadata, id, recorded_at"
 APPEND_SQL = "SELECT esrc.append(%s, %s, %s, %s, %s, %s)"
 APPEND_BATCH_SQL = "SELECT esrc.append_batch(%s, %s, %s)"
-READ_STREAM_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream(%s, %s, %s)"
-READ_BACKWARD_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream_backward(%s, %s, %s)"
+READ_STREAM_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream(%s, %s::bigint, %s::integer)"
+# the whole stream: no NULL argument to type
+READ_WHOLE_STREAM_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream(%s)"
+# what a command handler's fold needs, and nothing more
+FOLD_SQL = "SELECT version, type, data, metadata FROM esrc.read_stream(%s)"
+READ_BACKWARD_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream_backward(%s, %s::bigint, %s::integer)"
 READ_ALL_SQL = "SELECT " + COLUMNS + " FROM esrc.read_all(%s, %s)"
 READ_CATEGORY_SQL = "SELECT " + COLUMNS + " FROM esrc.read_category(%s, %s, %s)"
 STREAM_VERSION_SQL = "SELECT esrc.stream_version(%s)"
@@ -167,7 +171,14 @@ class EventStore:
     def read_stream(self, stream: str, from_version: int = 0,
                     max_count: int | None = None) -> list[RecordedEvent]:
         """The stream's visible events from ``from_version`` on, oldest first."""
-        return [self.types.recorded(r) for r in self._rows(READ_STREAM_SQL, (stream, from_version, max_count))]
+        rows = (self._rows(READ_WHOLE_STREAM_SQL, (stream,)) if from_version == 0 and max_count is None
+                else self._rows(READ_STREAM_SQL, (stream, from_version, max_count)))
+        return [self.types.recorded(r) for r in rows]
+
+    def fold_rows(self, stream: str) -> list[tuple[Any, ...]]:
+        """``(version, type, data, metadata)`` of the stream's visible
+        events: what a command handler folds."""
+        return self._rows(FOLD_SQL, (stream,))
 
     def read_stream_backward(self, stream: str, from_version: int | None = None,
                              max_count: int | None = None) -> list[RecordedEvent]:
@@ -298,8 +309,12 @@ class AsyncEventStore:
 
     async def read_stream(self, stream: str, from_version: int = 0,
                           max_count: int | None = None) -> list[RecordedEvent]:
-        return [self.types.recorded(r)
-                for r in await self._rows(READ_STREAM_SQL, (stream, from_version, max_count))]
+        rows = (await self._rows(READ_WHOLE_STREAM_SQL, (stream,)) if from_version == 0 and max_count is None
+                else await self._rows(READ_STREAM_SQL, (stream, from_version, max_count)))
+        return [self.types.recorded(r) for r in rows]
+
+    async def fold_rows(self, stream: str) -> list[tuple[Any, ...]]:
+        return await self._rows(FOLD_SQL, (stream,))
 
     async def read_stream_backward(self, stream: str, from_version: int | None = None,
                                    max_count: int | None = None) -> list[RecordedEvent]:
