@@ -141,25 +141,27 @@ def _from_json(hint: Any, value: Any) -> Any:
     return value
 
 
+_PLAIN = (str, int, float, bool, Any)
 _FIELDS: dict[type[Any], list[tuple[str, Any]]] = {}
 
 
 def _fields(cls: type[Any]) -> list[tuple[str, Any]]:
-    """A dataclass's fields and their resolved types (cached: resolving
-    them costs more than decoding an event)."""
+    """A dataclass's fields with their resolved types, ``None`` for the
+    types JSON gives as they are (cached: resolving them costs more than
+    decoding an event)."""
     fields = _FIELDS.get(cls)
     if fields is None:
         hints = typing.get_type_hints(cls)
-        fields = [(f.name, hints.get(f.name, Any)) for f in dataclasses.fields(cls)]
+        fields = []
+        for f in dataclasses.fields(cls):
+            hint = hints.get(f.name, Any)
+            fields.append((f.name, None if any(hint is p for p in _PLAIN) else hint))
         _FIELDS[cls] = fields
     return fields
 
 
-_PLAIN = (str, int, float, bool, Any)
-
-
 def _construct(cls: type[T], data: Mapping[str, Any]) -> T:
-    kwargs = {name: (data[name] if hint in _PLAIN else _from_json(hint, data[name]))
+    kwargs = {name: (data[name] if hint is None else _from_json(hint, data[name]))
               for name, hint in _fields(cls) if name in data}
     return cls(**kwargs)
 
@@ -243,11 +245,12 @@ class EventTypes:
         entry = self._by_name.get(type_name)
         if entry is None:
             return None
-        shape = 1
-        if isinstance(metadata, Mapping) and isinstance(metadata.get(SCHEMA_KEY), int):
-            shape = metadata[SCHEMA_KEY]
-        if not isinstance(data, dict):
+        if type(data) is not dict:
             raise DecodeError("event of type %s has data that is not a JSON object" % type_name)
+        shape = 1
+        if metadata is not None and entry.schema_version > 1:
+            got = metadata.get(SCHEMA_KEY) if isinstance(metadata, dict) else None
+            shape = got if isinstance(got, int) else 1
         for n in range(shape, entry.schema_version):
             up = self._upcasters.get((type_name, n)) or self._upcasters.get((entry.name, n))
             if up is None:
