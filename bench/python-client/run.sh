@@ -3,7 +3,7 @@
 # the same work written by hand with psycopg: handle() against the
 # hand-written load/decide/append/retry loop, esrc.Consumer against the
 # hand-written poll/insert/ack loop; medians of per-round ratios (see
-# bench.py).  BENCH_ROUNDS (3), BENCH_COMMANDS (2000), BENCH_STREAMS (100),
+# bench.py).  BENCH_ROUNDS (5), BENCH_COMMANDS (2000), BENCH_STREAMS (100),
 # BENCH_EVENTS (20000) size it.  Uses the venv of
 # test/run-73-python-client.sh when it exists, else python3 with psycopg.
 set -euo pipefail
