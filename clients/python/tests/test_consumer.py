@@ -199,3 +199,52 @@ def test_async_projection_erasure(dsn: str, store: esrc.EventStore, admin: esrc.
 
     asyncio.run(main())
     assert store.conn.execute("SELECT stream, name FROM anames%s_names" % uid).fetchall() == [(cat + "-ann", "Ann")]
+
+
+def test_consumer_reconnects_after_losing_its_connection(dsn: str, store: esrc.EventStore, uid: str) -> None:
+    """The consumer's backend is terminated while it waits in esrc.poll:
+    run() opens a new connection (with backoff) and goes on; every event
+    is processed once."""
+    import threading
+    sub, table, positions = _setup(store, uid, 10)
+    insert = "INSERT INTO %s (position) VALUES (%%s)" % table
+
+    def handler(events: list[esrc.RecordedEvent], conn: psycopg.Connection[Any]) -> None:
+        for e in events:
+            conn.execute(insert, (e.position,))
+
+    c = esrc.Consumer(dsn, sub, "r1", handler, max_count=100, wait=30.0,
+                      backoff=esrc.Backoff(0.01, 2.0, 0.1))
+    t = threading.Thread(target=c.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    try:
+        def wait_for(cond: Any) -> None:
+            for _ in range(600):
+                if cond():
+                    return
+                time.sleep(0.05)
+            raise AssertionError("condition not reached")
+
+        def consumed() -> int:
+            row = store.conn.execute("SELECT count(*) FROM %s" % table).fetchone()
+            return int(row[0]) if row else 0
+
+        def waiting_pid() -> int | None:
+            row = store.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'esrc-consumer r1' "
+                "AND state = 'active' AND query LIKE %s", ("%esrc.poll%",)).fetchone()
+            return int(row[0]) if row else None
+
+        wait_for(lambda: consumed() == 10 and waiting_pid() is not None)
+        store.conn.execute("SELECT pg_terminate_backend(%s)", (waiting_pid(),))
+        wait_for(lambda: c.stats.reconnects >= 1)
+        for i in range(5):
+            store.append("%s-%d" % (sub, i), esrc.NewEvent("Tick", {"i": 100 + i}))
+        wait_for(lambda: consumed() == 15)
+    finally:
+        c.stop()
+        t.join(60)
+    assert not t.is_alive()
+    rows = [r[0] for r in store.conn.execute("SELECT position FROM %s ORDER BY 1" % table)]
+    assert rows == [e.position for e in store.read_category(sub, 0, 1000)]
+    assert c.stats.reconnects >= 1
