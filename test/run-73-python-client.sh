@@ -31,21 +31,26 @@ fi
 
 dir=$(test_tmpdir pyclient)
 port=$(free_port)
+pip_pid=
 cleanup() {
+    [ -z "$pip_pid" ] || kill "$pip_pid" 2>/dev/null || true
     pg_stop "$dir" immediate
     [ -n "${KEEP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-pg_start "$dir" "$port"
-dsn="host=127.0.0.1 port=$port user=postgres dbname=postgres"
-psql "$dsn" -qAtX -v ON_ERROR_STOP=1 -c "CREATE EXTENSION esrc" >/dev/null
-
-log "building the wheel from the tree and installing it with pip"
+log "building the wheel from the tree and installing it with pip (while the server starts)"
 cp -r "$ESRC_ROOT/clients/python" "$dir/client"
 rm -rf "$dir/client/build" "$dir/client/src/"*.egg-info
 # one pip run: it builds the wheel (setuptools, pyproject.toml) and installs it
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
-    --target "$dir/site" "$dir/client" >"$dir/pip.log" 2>&1 || { cat "$dir/pip.log"; die "pip install failed"; }
+    --target "$dir/site" "$dir/client" >"$dir/pip.log" 2>&1 &
+pip_pid=$!
+pg_start "$dir" "$port"
+dsn="host=127.0.0.1 port=$port user=postgres dbname=postgres"
+psql "$dsn" -qAtX -v ON_ERROR_STOP=1 -c "CREATE EXTENSION esrc" >/dev/null
+rc=0; wait "$pip_pid" || rc=$?
+pip_pid=
+[ $rc = 0 ] || { cat "$dir/pip.log"; die "pip install failed"; }
 [ -f "$dir/site/esrc/py.typed" ] || die "the installed package has no esrc/py.typed"
 wheel=$(ls -d "$dir"/site/esrc-*.dist-info)
 grep -qx 'Tag: py3-none-any' "$wheel/WHEEL" || die "pip did not install a py3-none-any wheel: $(cat "$wheel/WHEEL")"
