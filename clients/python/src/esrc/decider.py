@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .errors import ConcurrencyError, DecodeError, RetriesExhausted
+import psycopg
+
+from .errors import ConcurrencyError, DecodeError, RetriesExhausted, from_psycopg
 from .events import DELETED, ERASED, EventTypes, NewEvent
 from .store import AsyncEventStore, EventStore
 
@@ -143,12 +145,15 @@ class CommandHandler(Generic[C, E, S]):
         cid = command_id_of(command, command_id)
         for attempt in range(1, self.max_attempts + 1):
             try:
-                with self.store.transaction():
-                    state, version = self.load(stream)
-                    events = tuple(self.decider.decide(command, state))
-                    if events:
-                        version = self.store.append_encoded(
-                            stream, _encode(self.store, events, cid, metadata), expected_version=version)
+                try:
+                    with self.store.conn.transaction():
+                        state, version = self.load(stream)
+                        events = tuple(self.decider.decide(command, state))
+                        if events:
+                            version = self.store.append_encoded(
+                                stream, _encode(self.store, events, cid, metadata), expected_version=version)
+                except psycopg.Error as pe:   # from the commit
+                    raise from_psycopg(pe) from pe
                 return Outcome(stream, version, events, self.decider.fold(events, state), attempt, cid)
             except ConcurrencyError as e:
                 if attempt >= self.max_attempts:

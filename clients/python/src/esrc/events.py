@@ -142,28 +142,36 @@ def _from_json(hint: Any, value: Any) -> Any:
 
 
 _PLAIN = (str, int, float, bool, Any)
-_FIELDS: dict[type[Any], list[tuple[str, Any]]] = {}
+# per class: its fields with their resolved types (None for the types JSON
+# gives as they are), and whether all are such (cached: resolving them
+# costs more than decoding an event)
+_FIELDS: dict[type[Any], tuple[list[tuple[str, Any]], bool]] = {}
 
 
-def _fields(cls: type[Any]) -> list[tuple[str, Any]]:
-    """A dataclass's fields with their resolved types, ``None`` for the
-    types JSON gives as they are (cached: resolving them costs more than
-    decoding an event)."""
-    fields = _FIELDS.get(cls)
-    if fields is None:
+def _fields(cls: type[Any]) -> tuple[list[tuple[str, Any]], bool]:
+    cached = _FIELDS.get(cls)
+    if cached is None:
         hints = typing.get_type_hints(cls)
         fields = []
         for f in dataclasses.fields(cls):
             hint = hints.get(f.name, Any)
             fields.append((f.name, None if any(hint is p for p in _PLAIN) else hint))
-        _FIELDS[cls] = fields
-    return fields
+        cached = (fields, all(h is None for _, h in fields))
+        _FIELDS[cls] = cached
+    return cached
 
 
 def _construct(cls: type[T], data: Mapping[str, Any]) -> T:
-    kwargs = {name: (data[name] if hint is None else _from_json(hint, data[name]))
-              for name, hint in _fields(cls) if name in data}
-    return cls(**kwargs)
+    fields, plain = _fields(cls)
+    if plain:
+        if len(data) == len(fields):
+            try:
+                return cls(**data)   # the usual case: exactly the fields
+            except TypeError:
+                pass
+        return cls(**{name: data[name] for name, _ in fields if name in data})
+    return cls(**{name: (data[name] if hint is None else _from_json(hint, data[name]))
+                  for name, hint in fields if name in data})
 
 
 class EventTypes:

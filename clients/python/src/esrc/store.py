@@ -19,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ._version import SERVER_VERSION_SQL, __version__
-from .errors import InvalidEventError, ServerVersionError, translated
+from .errors import InvalidEventError, ServerVersionError, from_psycopg, translated
 from .events import EventTypes, NewEvent, RecordedEvent
 
 NO_STREAM = -1
@@ -110,9 +110,12 @@ class EventStore:
         self.close()
 
     def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        self.check_version()
-        with translated():
+        if not self._checked:
+            self.check_version()
+        try:
             return self.conn.execute(sql, params).fetchall()
+        except psycopg.Error as e:
+            raise from_psycopg(e) from e
 
     def _value(self, sql: str, params: Sequence[Any]) -> Any:
         rows = self._rows(sql, params)
@@ -263,10 +266,13 @@ class AsyncEventStore:
         await self.close()
 
     async def _rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        await self.check_version()
-        with translated():
+        if not self._checked:
+            await self.check_version()
+        try:
             cur = await self.conn.execute(sql, params)
             return await cur.fetchall()
+        except psycopg.Error as e:
+            raise from_psycopg(e) from e
 
     async def _value(self, sql: str, params: Sequence[Any]) -> Any:
         rows = await self._rows(sql, params)
