@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 import psycopg
 
 from .errors import ConcurrencyError, DecodeError, RetriesExhausted, from_psycopg
-from .events import DELETED, ERASED, EventTypes, NewEvent
+from .events import _ERASED_DATA, DELETED, ERASED, EventTypes, NewEvent
 from .store import AsyncEventStore, EventStore
 
 C = TypeVar("C")
@@ -101,7 +101,7 @@ def _folded(decider: Decider[Any, E, S], types: EventTypes, stream: str,
     last row's version."""
     state = decider.initial_state()
     for version, type_name, data, metadata in rows:
-        if type_name in (ERASED, DELETED) or (metadata is None and data == {"erased": True}):
+        if type_name in (ERASED, DELETED) or (metadata is None and data == _ERASED_DATA):
             continue  # a soft-deleted stream starts again from the initial state
         event = types.decode(type_name, data, metadata)
         if event is None:

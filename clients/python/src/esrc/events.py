@@ -95,6 +95,15 @@ class _Entry:
     cls: type[Any]
     name: str
     schema_version: int
+    names: tuple[str, ...] | None = None
+    """The field names when every field is of a type JSON gives as it is
+    (str, int, float, bool, Any) and the shape is the first: then an event
+    is built straight from its data (resolved at first use)."""
+    resolved: bool = False
+
+
+_SCALARS = (str, int, float, bool, type(None))
+_ERASED_DATA = {"erased": True}
 
 
 def _to_json(value: Any) -> Any:
@@ -243,7 +252,12 @@ class EventTypes:
             raise InvalidEventError(
                 "%s is not a registered event class" % type(event).__name__,
                 hint="Register it with EventTypes.register, or append a NewEvent.")
-        data = _to_json(event)
+        names = self._plain_names(entry)
+        if names is not None:
+            data = {n: v if type(v) in _SCALARS else _to_json(v)
+                    for n, v in ((n, getattr(event, n)) for n in names)}
+        else:
+            data = _to_json(event)
         if entry.schema_version > 1:
             metadata = {**(metadata or {}), SCHEMA_KEY: entry.schema_version}
         return NewEvent(entry.name, data, metadata, id)
@@ -254,6 +268,12 @@ class EventTypes:
         entry = self._by_name.get(type_name)
         if entry is None:
             return None
+        if self._plain_names(entry) is not None and type(data) is dict and \
+                (metadata is None or not isinstance(metadata, dict) or SCHEMA_KEY not in metadata):
+            try:
+                return entry.cls(**data)   # the usual case: exactly the fields
+            except TypeError:
+                pass                       # extra or missing keys: the general path
         if type(data) is not dict:
             raise DecodeError("event of type %s has data that is not a JSON object" % type_name)
         shape = 1
@@ -273,12 +293,20 @@ class EventTypes:
             raise DecodeError("cannot read an event of type %s as %s: %s"
                               % (type_name, entry.cls.__name__, e)) from e
 
+    @staticmethod
+    def _plain_names(entry: _Entry) -> tuple[str, ...] | None:
+        if not entry.resolved:
+            fields, plain = _fields(entry.cls)
+            entry.names = tuple(n for n, _ in fields) if plain and entry.schema_version == 1 else None
+            entry.resolved = True
+        return entry.names
+
     def recorded(self, row: Sequence[Any]) -> RecordedEvent:
         """A :class:`RecordedEvent` from a row of ``esrc.event``'s columns,
         decoded unless it is a tombstone or redacted."""
         position, stream, version, type_name, data, metadata, id_, recorded_at = row
         decoded = None
-        if type_name not in (ERASED, DELETED) and not (metadata is None and data == {"erased": True}):
+        if type_name not in (ERASED, DELETED) and not (metadata is None and data == _ERASED_DATA):
             decoded = self.decode(type_name, data, metadata)
         return RecordedEvent(position, stream, version, type_name, data, metadata, id_, recorded_at,
                              decoded)
