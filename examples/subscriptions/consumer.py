@@ -142,6 +142,7 @@ def main() -> int:
     if _stop_at_start:
         c.stop()
     create_table(c.conn, a.table, member)
+    print("%s: started" % member, flush=True)
     stats = c.run()
     print("%s: stopped after %d batches, %d events, %d retries"
           % (member, stats.batches, stats.events, stats.retries + stats.reconnects), flush=True)
