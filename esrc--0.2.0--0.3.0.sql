@@ -3,3 +3,74 @@
 -- install script's parts (src/sql/*.sql) define it; test/run-15-upgrade.sh
 -- checks that an upgraded database describes exactly what a fresh install does.
 \echo Use "ALTER EXTENSION esrc UPDATE TO '0.3.0'" to load this file. \quit
+
+------------------------------------------------------------------------
+-- Dynamic consistency boundaries (issue 28, docs/dcb.md): tags on events,
+-- reads by query, conditional appends.  ADD COLUMN without a default
+-- rewrites nothing; the partial GIN index holds only tagged events, so it
+-- is empty after the upgrade.
+------------------------------------------------------------------------
+ALTER TABLE esrc.events ADD COLUMN tags text[];
+CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (fastupdate = off)
+    WHERE tags IS NOT NULL;
+COMMENT ON COLUMN esrc.events.tags IS
+    'The event''s tags (dynamic consistency boundaries, docs/dcb.md); null for an event without tags.';
+
+DROP FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid);
+CREATE FUNCTION esrc.append(
+    stream text,
+    type text,
+    data jsonb,
+    metadata jsonb DEFAULT NULL,
+    expected_version bigint DEFAULT NULL,
+    id uuid DEFAULT NULL,
+    tags text[] DEFAULT NULL)
+RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_append';
+COMMENT ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, text[]) IS
+    'Append one event (with optional tags) to a stream and return the stream''s new version; raises 40001 when expected_version does not match.';
+
+CREATE FUNCTION esrc.append_if(
+    stream text,
+    events jsonb,
+    condition jsonb,
+    expected_version bigint DEFAULT NULL)
+RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_append_if';
+COMMENT ON FUNCTION esrc.append_if(text, jsonb, jsonb, bigint) IS
+    'append_batch with a condition {"fail_if_events_match": query, "after": position}: raises 40001 when an event matching the query exists after the position (docs/dcb.md).';
+
+CREATE FUNCTION esrc.read_query(
+    query jsonb,
+    after bigint DEFAULT 0,
+    max_count int DEFAULT NULL,
+    up_to bigint DEFAULT NULL)
+RETURNS TABLE ("position" bigint, stream text, version bigint, type text,
+               data jsonb, metadata jsonb, id uuid, recorded_at timestamptz,
+               tags text[])
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_query';
+COMMENT ON FUNCTION esrc.read_query(jsonb, bigint, int, bigint) IS
+    'Committed events matching a query (items OR''d; within an item types OR''d and every tag required) after a position and up to up_to (null = esrc.safe_position()), in position order (docs/dcb.md).';
+
+CREATE FUNCTION esrc.explain_query(query jsonb)
+RETURNS SETOF text
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 10
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_explain_query';
+COMMENT ON FUNCTION esrc.explain_query(jsonb) IS
+    'The plan (EXPLAIN, costs off) of the statement esrc.read_query and esrc.append_if run for a query.';
+
+REVOKE ALL ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, text[]),
+                       esrc.append_if(text, jsonb, jsonb, bigint),
+                       esrc.read_query(jsonb, bigint, int, bigint),
+                       esrc.explain_query(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, text[]),
+                          esrc.append_if(text, jsonb, jsonb, bigint)
+    TO esrc_writer;
+GRANT EXECUTE ON FUNCTION esrc.read_query(jsonb, bigint, int, bigint),
+                          esrc.explain_query(jsonb)
+    TO esrc_reader;

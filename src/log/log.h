@@ -117,7 +117,10 @@ extern void esrc_name_locktag(struct LOCKTAG *tag, const char *name, uint16 spac
 #define Anum_events_id			7
 #define Anum_events_recorded_at 8
 #define Anum_events_category	9
-#define Natts_events			9
+#define Anum_events_tags		10
+#define Natts_events			10
+/* before ALTER EXTENSION esrc UPDATE to 0.3.0: no tags */
+#define Natts_events_min		9
 
 /* append.c: refuse an esrc.events whose columns are not those above */
 struct RelationData;
