@@ -133,9 +133,16 @@ typedef struct DcbCondition
 #define ESRC_MAX_TAG_LEN		256		/* bytes */
 #define ESRC_MAX_QUERY_ITEMS	64
 #define ESRC_MAX_QUERY_NAMES	64		/* types or tags of one item */
+/* a condition scans the positions after its "after" when at most this many */
+#define ESRC_CONDITION_SCAN_SPAN	1000
 
-/* locktag_field4 of the (type, tag) key locks of tags.c */
+/*
+ * locktag_field4 of the (type, tag) key locks of tags.c, and the number of
+ * lock buckets the keys hash into: a transaction holds at most this many
+ * key locks, whatever it appends.
+ */
 #define ESRC_KEY_LOCK_SPACE		0x4555
+#define ESRC_KEY_LOCK_BUCKETS	1024
 
 /* append.c */
 extern EventInput *esrc_parse_batch(Jsonb *batch, int *nevents);

@@ -26,7 +26,11 @@
  * (22023): an event below it could still commit.  Under the stream lock
  * and the key locks of tags.c, and after the idempotency and version
  * checks of append.c, it looks for a matching event after "after" with a
- * snapshot taken then (at every isolation level): every append that could
+ * snapshot taken then (at every isolation level) -- by a scan of the
+ * primary key from "after" on, each row matched here, when at most
+ * ESRC_CONDITION_SCAN_SPAN positions were handed out since "after" (the
+ * usual decision, whose append follows its read; no planning), else by
+ * the query's statement: every append that could
  * write a matching event has either committed before the key locks were
  * granted (and is seen) or waits for this transaction to end.  A match
  * raises 40001 naming the stream, the query and the first matching
@@ -38,6 +42,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/tuptable.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -48,6 +53,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "base/base.h"
@@ -408,36 +414,135 @@ esrc_explain_query(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Does the row in slot (deformed) match item?  Types: one of them; tags:
+ * every one of them among the row's.
+ */
+static bool
+row_matches_item(TupleTableSlot *slot, const DcbItem *item)
+{
+	int			i;
+
+	if (item->ntypes > 0)
+	{
+		char	   *type = TextDatumGetCString(slot->tts_values[Anum_events_type - 1]);
+		bool		found = false;
+
+		for (i = 0; i < item->ntypes && !found; i++)
+			found = strcmp(type, item->types[i]) == 0;
+		if (!found)
+			return false;
+	}
+	if (item->ntags > 0)
+	{
+		Datum	   *elems;
+		int			n;
+
+		if (slot->tts_isnull[Anum_events_tags - 1])
+			return false;
+		deconstruct_array(DatumGetArrayTypeP(slot->tts_values[Anum_events_tags - 1]),
+						  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+		for (i = 0; i < item->ntags; i++)
+		{
+			bool		found = false;
+			int			j;
+
+			for (j = 0; j < n && !found; j++)
+				found = strcmp(TextDatumGetCString(elems[j]), item->tags[i]) == 0;
+			if (!found)
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * The first (up to 4) positions after "after" of events matching the
+ * query, by a scan of the primary key from after + 1 on, each row checked
+ * here: what a condition checks when few positions were handed out after
+ * its "after" (a decision appends right after its read), without the cost
+ * of planning a statement.
+ */
+static int
+recent_matches(const DcbCondition *cond, Snapshot snap, int64 *found)
+{
+	EsrcLogScan *scan = esrc_log_begin(ESRC_LOG_BY_POSITION, (Datum) 0,
+									   cond->after + 1, PG_INT64_MAX,
+									   ForwardScanDirection, snap);
+	TupleTableSlot *slot;
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "esrc condition",
+											  ALLOCSET_SMALL_SIZES);
+	int			n = 0;
+
+	while (n < 4 && (slot = esrc_log_next(scan)) != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+		int			i;
+
+		if (slot->tts_tupleDescriptor->natts < Anum_events_tags)
+			elog(ERROR, "esrc.events has an unexpected row type");
+		for (i = 0; i < cond->query->nitems; i++)
+			if (row_matches_item(slot, &cond->query->items[i]))
+			{
+				found[n++] = DatumGetInt64(slot->tts_values[Anum_events_position - 1]);
+				break;
+			}
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(cxt);
+	}
+	esrc_log_end(scan);
+	MemoryContextDelete(cxt);
+	return n;
+}
+
+/* The same by the query's statement (the tag index), for older "after"s. */
+static int
+planned_matches(const DcbCondition *cond, Snapshot snap, int64 *found)
+{
+	int			n;
+	int			i;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	run_query_sql(cond->query, cond->after, PG_INT64_MAX, 4, snap);
+	n = (int) SPI_processed;
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		found[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+											   SPI_tuptable->tupdesc,
+											   Anum_events_position, &isnull));
+	}
+	SPI_finish();
+	return n;
+}
+
+/*
  * The condition check of esrc.append_if (called by append.c under the
  * stream and key locks): 40001 when an event matching the query is
- * stored after cond->after.
+ * stored after cond->after.  With a snapshot taken now, at every isolation
+ * level.
  */
 void
 esrc_check_condition(const DcbCondition *cond, const char *stream)
 {
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	StringInfoData found;
-	uint64		n;
-	uint64		i;
+	int64		last = esrc_sequence_last_value(esrc_relation_oid("position_seq"));
+	int64		found[4];
+	StringInfoData list;
+	int			n;
+	int			i;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	run_query_sql(cond->query, cond->after, PG_INT64_MAX, 4, snap);
-	n = SPI_processed;
-	initStringInfo(&found);
-	for (i = 0; i < n && i < 3; i++)
-	{
-		bool		isnull;
-		int64		pos = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-													  SPI_tuptable->tupdesc,
-													  Anum_events_position, &isnull));
-
-		appendStringInfo(&found, "%s" INT64_FORMAT, i > 0 ? ", " : "", pos);
-	}
-	SPI_finish();
+	if (last - cond->after <= ESRC_CONDITION_SCAN_SPAN)
+		n = recent_matches(cond, snap, found);
+	else
+		n = planned_matches(cond, snap, found);
 	UnregisterSnapshot(snap);
 	if (n == 0)
 		return;
+	initStringInfo(&list);
+	for (i = 0; i < n && i < 3; i++)
+		appendStringInfo(&list, "%s" INT64_FORMAT, i > 0 ? ", " : "", found[i]);
 	esrc_metrics_conflict();
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -446,7 +551,7 @@ esrc_check_condition(const DcbCondition *cond, const char *stream)
 			 errdetail("Query: %s. First conflicting positions: %s%s.",
 					   JsonbToCString(NULL, &cond->query->source->root,
 									  VARSIZE(cond->query->source)),
-					   found.data, n > 3 ? ", ..." : ""),
+					   list.data, n > 3 ? ", ..." : ""),
 			 errhint("Read the events matching the query again and retry the decision.")));
 }
 

@@ -23,8 +23,12 @@
  * with) every append in flight whose events could match its condition, and
  * an append of such an event waits until the conditional append ended;
  * conditions that cannot match each other's events share no key they
- * both write-and-check and never wait for each other.  Keys are taken in
- * the order of their hashes, once each.  They are advisory lock tags in
+ * both write-and-check and never wait for each other.  Keys hash into
+ * ESRC_KEY_LOCK_BUCKETS lock buckets, so that a transaction that appends
+ * many events with many tags holds at most that many locks (the shared
+ * lock table is small); two keys in one bucket only make a conditional
+ * append and an append wait where they need not.  Buckets are taken in
+ * ascending order, once each.  They are advisory lock tags in
  * key space ESRC_KEY_LOCK_SPACE (pg_locks: objsubid 17749), held to the
  * end of the transaction, like the stream lock.
  *
@@ -209,7 +213,8 @@ add_key(KeySet *ks, const char *type, const char *tag, bool check)
 		ks->keys = repalloc(ks->keys, sizeof(KeyLock) * ks->alloc);
 	}
 	k = &ks->keys[ks->n++];
-	k->hash = hash_bytes_extended((const unsigned char *) buf, tlen + glen + 2, 0x4555);
+	k->hash = hash_bytes_extended((const unsigned char *) buf, tlen + glen + 2, 0x4555) %
+		ESRC_KEY_LOCK_BUCKETS;
 	k->write = !check;
 	k->check = check;
 	pfree(buf);
