@@ -133,6 +133,20 @@ SELECT pg_temp.try(format($$SELECT esrc.append_if('dcbstudent-s3',
 SELECT position = :h + 1 AS conflict_is_the_first_event_after
 FROM esrc.read_query('{"items": [{"types": ["StudentSubscribed"], "tags": ["course:c1"]}]}', :h);
 SELECT esrc.stream_version('dcbstudent-s3') AS nothing_written;
+-- an "after" with more than 1,000 positions since (the 3,000 bulk events):
+-- the check runs the query's statement instead of scanning the positions
+SELECT pg_temp.try(format($$SELECT esrc.append_if('dcbstudent-s5',
+  '[{"type": "StudentSubscribed", "data": {"course": "c1"}, "tags": ["student:s5", "course:c1"]}]',
+  jsonb_build_object('fail_if_events_match',
+    '{"items": [{"types": ["StudentSubscribed"], "tags": ["course:c1"]}]}'::jsonb, 'after', %s))$$, :p0));
+SELECT pg_temp.try(format($$SELECT esrc.append_if('dcbstudent-s5',
+  '[{"type": "StudentSubscribed", "data": {"course": "c5"}, "tags": ["student:s5", "course:c5"]}]',
+  jsonb_build_object('fail_if_events_match',
+    '{"items": [{"types": ["StudentSubscribed"], "tags": ["course:c5"]}, {"types": ["Rare"]}]}'::jsonb, 'after', %s))$$, :p0));
+SELECT pg_temp.try(format($$SELECT esrc.append_if('dcbstudent-s5',
+  '[{"type": "StudentSubscribed", "data": {"course": "c5"}, "tags": ["student:s5", "course:c5"]}]',
+  jsonb_build_object('fail_if_events_match',
+    '{"items": [{"types": ["StudentSubscribed"], "tags": ["course:c5"]}]}'::jsonb, 'after', %s))$$, :p0));
 -- a condition that the new event does not touch
 SELECT esrc.append_if('dcbstudent-s3',
   '[{"type": "StudentSubscribed", "data": {"course": "c2"}, "tags": ["student:s3", "course:c2"]}]',
