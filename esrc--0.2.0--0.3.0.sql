@@ -15,6 +15,9 @@ CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (fastupdate = 
     WHERE tags IS NOT NULL;
 COMMENT ON COLUMN esrc.events.tags IS
     'The event''s tags (dynamic consistency boundaries, docs/dcb.md); null for an event without tags.';
+-- read functions, subscriptions, snapshots' reducers and projections'
+-- handlers see the tags (C code fills either shape of the type)
+ALTER TYPE esrc.event ADD ATTRIBUTE tags text[];
 
 DROP FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid);
 CREATE FUNCTION esrc.append(
@@ -47,9 +50,7 @@ CREATE FUNCTION esrc.read_query(
     after bigint DEFAULT 0,
     max_count int DEFAULT NULL,
     up_to bigint DEFAULT NULL)
-RETURNS TABLE ("position" bigint, stream text, version bigint, type text,
-               data jsonb, metadata jsonb, id uuid, recorded_at timestamptz,
-               tags text[])
+RETURNS SETOF esrc.event
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_read_query';

@@ -196,6 +196,30 @@ SELECT esrc.append_if('dcbbad-2', '[{"type": "esrc.deleted", "data": {}}]',
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.stream_version('dcbbad-2') AS nothing_written;
 
+-- esrc.event carries the tags: every read, esrc.poll, and the reducers of
+-- snapshots (applied at append, replayed by snapshot_at, rebuilt)
+SELECT version, type, tags FROM esrc.read_stream('dcbstudent-s1', 0, 1);
+SELECT version, tags FROM esrc.read_stream_backward('dcbstudent-s1', 0);
+SELECT stream, tags FROM esrc.read_category('dcbcourse', :p0);
+SELECT stream, tags FROM esrc.read_all(:p0, 2);
+SELECT esrc.create_subscription('dcbtags', ARRAY['dcbcourse']);
+SELECT stream, tags FROM esrc.poll('dcbtags', 'm1');
+SELECT esrc.drop_subscription('dcbtags');
+CREATE FUNCTION public.dcb_tag_reducer(state jsonb, e esrc.event) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT state || jsonb_build_object(e.version::text, to_jsonb(e.tags))
+$$;
+SELECT esrc.create_snapshot('public.dcb_tag_snap', 'dcbtagsnap',
+                            'public.dcb_tag_reducer(jsonb, esrc.event)') AS applied;
+SELECT esrc.append('dcbtagsnap-1', 'T', '{}', tags => ARRAY['t:1', 'a:0']);
+SELECT esrc.append('dcbtagsnap-1', 'T', '{}');
+SELECT state FROM esrc.load('public.dcb_tag_snap', 'dcbtagsnap-1');
+SELECT esrc.snapshot_at('public.dcb_tag_snap', 'dcbtagsnap-1', 1);
+SELECT esrc.rebuild_snapshot('public.dcb_tag_snap') AS applied;
+SELECT state FROM esrc.load('public.dcb_tag_snap', 'dcbtagsnap-1');
+SELECT esrc.drop_snapshot('public.dcb_tag_snap');
+DROP FUNCTION public.dcb_tag_reducer(jsonb, esrc.event);
+
 -- a reader may read by query; a writer may append_if; PUBLIC neither
 SELECT has_function_privilege('esrc_reader', 'esrc.read_query(jsonb, bigint, int, bigint)', 'EXECUTE') AS reader_reads,
        has_function_privilege('esrc_writer', 'esrc.append_if(text, jsonb, jsonb, bigint)', 'EXECUTE') AS writer_appends,

@@ -167,6 +167,16 @@ extern int64 esrc_append_system_event(const char *stream, const char *type,
  * esrc.event.
  */
 #define ESRC_EVENT_NATTS 8
+/*
+ * esrc.event since 0.3.0: those columns and tags (esrc.events' column
+ * Anum_events_tags).  Before ALTER EXTENSION esrc UPDATE it has
+ * ESRC_EVENT_NATTS columns; esrc_event_values fills either shape from a
+ * row of esrc.events, esrc_check_event_rowtype accepts either.
+ */
+#define ESRC_EVENT_NATTS_MAX 9
+extern void esrc_event_values(struct TupleTableSlot *slot, int natts,
+							  Datum *values, bool *isnull);
+extern void esrc_check_event_rowtype(TupleDesc desc);
 typedef enum EsrcLogOrder
 {
 	ESRC_LOG_BY_POSITION,		/* primary key (position) */

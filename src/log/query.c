@@ -346,6 +346,7 @@ esrc_read_query(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_count must not be negative")));
 	InitMaterializedSRF(fcinfo, 0);
+	esrc_check_event_rowtype(rsinfo->setDesc);
 
 	/* a snapshot taken after the horizon: every event up to it settled */
 	esrc_rules_prepare(&tok);
@@ -359,8 +360,8 @@ esrc_read_query(PG_FUNCTION_ARGS)
 	slot = MakeSingleTupleTableSlot(SPI_tuptable->tupdesc, &TTSOpsHeapTuple);
 	for (i = 0; i < SPI_processed && (limit < 0 || limit > 0); i++)
 	{
-		Datum		values[ESRC_EVENT_NATTS + 1];
-		bool		nulls[ESRC_EVENT_NATTS + 1];
+		Datum		values[ESRC_EVENT_NATTS_MAX];
+		bool		nulls[ESRC_EVENT_NATTS_MAX];
 
 		ExecStoreHeapTuple(SPI_tuptable->vals[i], slot, false);
 		slot_getallattrs(slot);
@@ -368,10 +369,7 @@ esrc_read_query(PG_FUNCTION_ARGS)
 			elog(ERROR, "esrc.events has an unexpected row type");
 		if (rules != NULL && !esrc_rules_visible(rules, slot))
 			continue;
-		memcpy(values, slot->tts_values, sizeof(Datum) * ESRC_EVENT_NATTS);
-		memcpy(nulls, slot->tts_isnull, sizeof(bool) * ESRC_EVENT_NATTS);
-		values[ESRC_EVENT_NATTS] = slot->tts_values[Anum_events_tags - 1];
-		nulls[ESRC_EVENT_NATTS] = slot->tts_isnull[Anum_events_tags - 1];
+		esrc_event_values(slot, rsinfo->setDesc->natts, values, nulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		if (limit > 0)
 			limit--;

@@ -369,7 +369,6 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	EsrcRulesToken tok;
 	bool		fresh;
 	int64		count = 0;
-	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	desc = rsinfo->setDesc;
@@ -392,19 +391,17 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 		rules = NULL;
 	}
 	scan = esrc_log_begin(order, key, lo, hi, dir, snap);
-	/* esrc.event is the first ESRC_EVENT_NATTS columns of esrc.events */
-	if (desc->natts != ESRC_EVENT_NATTS)
-		elog(ERROR, "esrc.event has an unexpected row type");
-	for (i = 0; i < ESRC_EVENT_NATTS; i++)
-		if (TupleDescAttr(desc, i)->atttypid !=
-			TupleDescAttr(RelationGetDescr(scan->rel), i)->atttypid)
-			elog(ERROR, "esrc.event has an unexpected row type");
+	esrc_check_event_rowtype(desc);
 
 	while ((limit < 0 || count < limit) && (slot = esrc_log_next(scan)) != NULL)
 	{
+		Datum		values[ESRC_EVENT_NATTS_MAX];
+		bool		isnull[ESRC_EVENT_NATTS_MAX];
+
 		if (rules != NULL && !esrc_rules_visible(rules, slot))
 			continue;
-		tuplestore_putvalues(rsinfo->setResult, desc, slot->tts_values, slot->tts_isnull);
+		esrc_event_values(slot, desc->natts, values, isnull);
+		tuplestore_putvalues(rsinfo->setResult, desc, values, isnull);
 		count++;
 	}
 	esrc_log_end(scan);
@@ -448,6 +445,44 @@ esrc_read_stream_backward(PG_FUNCTION_ARGS)
 	run_read(fcinfo, ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream), 0,
 			 from, BackwardScanDirection, limit, false);
 	return (Datum) 0;
+}
+
+/*
+ * The columns of an esrc.event of natts columns (ESRC_EVENT_NATTS, or
+ * ESRC_EVENT_NATTS_MAX with tags) from a row of esrc.events in slot (all
+ * columns deformed): its first ESRC_EVENT_NATTS columns, then its tags
+ * (null when esrc.events has no tags column yet, before the update).
+ */
+void
+esrc_event_values(TupleTableSlot *slot, int natts, Datum *values, bool *isnull)
+{
+	memcpy(values, slot->tts_values, sizeof(Datum) * ESRC_EVENT_NATTS);
+	memcpy(isnull, slot->tts_isnull, sizeof(bool) * ESRC_EVENT_NATTS);
+	if (natts > ESRC_EVENT_NATTS)
+	{
+		bool		has = slot->tts_tupleDescriptor->natts >= Anum_events_tags;
+
+		values[ESRC_EVENT_NATTS] = has ? slot->tts_values[Anum_events_tags - 1] : (Datum) 0;
+		isnull[ESRC_EVENT_NATTS] = has ? slot->tts_isnull[Anum_events_tags - 1] : true;
+	}
+}
+
+/*
+ * desc is esrc.event: the first ESRC_EVENT_NATTS columns of esrc.events
+ * (by type), and tags (text[]) or not (before the update).
+ */
+void
+esrc_check_event_rowtype(TupleDesc desc)
+{
+	static const Oid types[ESRC_EVENT_NATTS_MAX] = {INT8OID, TEXTOID, INT8OID, TEXTOID,
+	JSONBOID, JSONBOID, UUIDOID, TIMESTAMPTZOID, TEXTARRAYOID};
+	int			i;
+
+	if (desc->natts != ESRC_EVENT_NATTS && desc->natts != ESRC_EVENT_NATTS_MAX)
+		elog(ERROR, "esrc.event has an unexpected row type");
+	for (i = 0; i < desc->natts; i++)
+		if (TupleDescAttr(desc, i)->atttypid != types[i])
+			elog(ERROR, "esrc.event has an unexpected row type");
 }
 
 /*

@@ -112,7 +112,8 @@ CREATE TYPE esrc.event AS (
     data        jsonb,
     metadata    jsonb,
     id          uuid,
-    recorded_at timestamptz
+    recorded_at timestamptz,
+    tags        text[]
 );
 COMMENT ON TYPE esrc.event IS 'One event as returned by the read functions.';
 
@@ -237,9 +238,7 @@ CREATE FUNCTION esrc.read_query(
     after bigint DEFAULT 0,
     max_count int DEFAULT NULL,
     up_to bigint DEFAULT NULL)
-RETURNS TABLE ("position" bigint, stream text, version bigint, type text,
-               data jsonb, metadata jsonb, id uuid, recorded_at timestamptz,
-               tags text[])
+RETURNS SETOF esrc.event
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_read_query';

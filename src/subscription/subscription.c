@@ -241,7 +241,11 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 		if (held_map[p] && pos > from[p] && passes_filters(def, slot) &&
 			(rules == NULL || esrc_rules_visible(rules, slot)))
 		{
-			tuplestore_putvalues(ts, desc, slot->tts_values, slot->tts_isnull);
+			Datum		values[ESRC_EVENT_NATTS_MAX];
+			bool		isnull[ESRC_EVENT_NATTS_MAX];
+
+			esrc_event_values(slot, desc->natts, values, isnull);
+			tuplestore_putvalues(ts, desc, values, isnull);
 			if (++n >= max_count)
 			{
 				*covered = pos;
@@ -267,8 +271,7 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 static void
 check_event_rowtype(ReturnSetInfo *rsinfo)
 {
-	if (rsinfo->setDesc->natts != ESRC_EVENT_NATTS)
-		elog(ERROR, "esrc.event has an unexpected row type");
+	esrc_check_event_rowtype(rsinfo->setDesc);
 }
 
 /* The state of one esrc.poll() call */
