@@ -216,7 +216,7 @@ esrc_check_expected(bool isnull, int64 expected)
  * fit in one Kafka record (fwdconf.c).
  */
 static void
-check_event_size(int index, Jsonb *data, Jsonb *metadata)
+check_event_size(int index, Jsonb *data, Jsonb *metadata, Datum tags)
 {
 	Size		size = VARSIZE(data) + (metadata ? VARSIZE(metadata) : 0);
 	Size		limit = (Size) esrc_max_event_size;
@@ -225,7 +225,9 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 
 	if (fwd_limit > 0 && fwd_limit < limit)
 		limit = fwd_limit;
-	text = esrc_jsonb_text_size(data, limit);
+	text = esrc_tags_json_size(tags);
+	if (text <= limit)
+		text += esrc_jsonb_text_size(data, limit - text);
 	if (metadata && text <= limit)
 		text += esrc_jsonb_text_size(metadata, limit - text);
 
@@ -233,7 +235,7 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("event %d is too large", index),
-				 errdetail("Its data and metadata take more than %d bytes as JSON text (what readers and the Kafka forwarder get); esrc.max_event_size is %d bytes.",
+				 errdetail("Its data, metadata and tags take more than %d bytes as JSON text (what readers and the Kafka forwarder get); esrc.max_event_size is %d bytes.",
 						   esrc_max_event_size, esrc_max_event_size),
 				 errhint("Store large payloads elsewhere and put a reference in the event.")));
 	if (text > limit)
@@ -849,11 +851,10 @@ esrc_append(PG_FUNCTION_ARGS)
 	ev.metadata = esrc_trace_metadata(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
 	ev.id = PG_ARGISNULL(5) ? NULL : PG_GETARG_UUID_P(5);
 	esrc_check_expected(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
-	check_event_size(1, ev.data, ev.metadata);
-
 	/* the 0.2.0 esrc.append has no tags argument */
 	ev.tags = PG_NARGS() <= 6 || PG_ARGISNULL(6) ? (Datum) 0 :
 		esrc_tags_from_array(PG_GETARG_ARRAYTYPE_P(6), "the event");
+	check_event_size(1, ev.data, ev.metadata, ev.tags);
 
 	PG_RETURN_INT64(append_events(stream, 1, &ev, PG_ARGISNULL(4),
 								  PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4),
@@ -944,7 +945,7 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 	if (ev->data == NULL)
 		batch_error(index, "\"data\" is missing", "Use {} or null for an event without data.");
 	ev->metadata = esrc_trace_metadata(ev->metadata);
-	check_event_size(index, ev->data, ev->metadata);
+	check_event_size(index, ev->data, ev->metadata, ev->tags);
 }
 
 /* error context while parsing a batch: which element */

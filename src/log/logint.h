@@ -156,6 +156,7 @@ extern void esrc_check_expected(bool isnull, int64 expected);
 extern Datum esrc_tags_from_array(ArrayType *arr, const char *what);
 extern Datum esrc_tags_from_jsonb(JsonbValue *val, const char *what);
 extern char *esrc_check_tag(const char *s, int len, const char *what);
+extern Size esrc_tags_json_size(Datum tags);
 extern void esrc_lock_event_keys(int nevents, const EventInput *events,
 								 const DcbCondition *cond);
 

@@ -181,6 +181,38 @@ esrc_tags_from_jsonb(JsonbValue *val, const char *what)
 	return make_tags(tags, n, what);
 }
 
+/*
+ * The size of tags (a text[] datum, 0 = none) as a JSON array of strings,
+ * what the forwarder sends in the header ce_esrctags: counted towards the
+ * event's size as JSON text (append.c).
+ */
+Size
+esrc_tags_json_size(Datum tags)
+{
+	Datum	   *elems;
+	int			n;
+	Size		size = 2;
+	int			i;
+
+	if (tags == (Datum) 0)
+		return 0;
+	deconstruct_array(DatumGetArrayTypeP(tags), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, NULL, &n);
+	for (i = 0; i < n; i++)
+	{
+		text	   *t = DatumGetTextPP(elems[i]);
+		const char *c = VARDATA_ANY(t);
+		int			len = VARSIZE_ANY_EXHDR(t);
+		int			j;
+
+		size += len + 2 + (i > 0 ? 1 : 0);
+		for (j = 0; j < len; j++)
+			if (c[j] == '"' || c[j] == '\\')
+				size++;
+	}
+	return size;
+}
+
 /* One key to lock: the hash of (type, tag), and the modes it needs. */
 typedef struct KeyLock
 {
