@@ -50,6 +50,14 @@ SELECT esrc.append_batch('dcbbad-1', '[{"type": "T", "data": {}, "tags": "a"}]')
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.append_batch('dcbbad-1', '[{"type": "T", "data": {}, "tags": ["a", 1]}]');
 \echo SQLSTATE :SQLSTATE
+-- tags count towards esrc.max_event_size as JSON text (what the forwarder
+-- sends in the header ce_esrctags): {} is 2 bytes, ["ab","c"] 10
+SET esrc.max_event_size = 11;
+SELECT esrc.append('dcbbad-1', 'T', '{}', tags => ARRAY['ab', 'c']);
+\echo SQLSTATE :SQLSTATE
+SET esrc.max_event_size = 12;
+SELECT esrc.append('dcbsize-1', 'T', '{}', tags => ARRAY['ab', 'c']);
+RESET esrc.max_event_size;
 SELECT esrc.stream_version('dcbbad-1') AS nothing_written;
 
 -- reads by query: items OR'd, types OR'd within an item, every tag required
