@@ -75,3 +75,22 @@ GRANT EXECUTE ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, te
 GRANT EXECUTE ON FUNCTION esrc.read_query(jsonb, bigint, int, bigint),
                           esrc.explain_query(jsonb)
     TO esrc_reader;
+
+-- read_category's filters (issue 28): event types, and one member of a
+-- consumer group (esrc.stream_partition)
+DROP FUNCTION esrc.read_category(text, bigint, int);
+CREATE FUNCTION esrc.read_category(
+    category text,
+    after_position bigint DEFAULT 0,
+    max_count int DEFAULT 1000,
+    types text[] DEFAULT NULL,
+    "partition" int DEFAULT NULL,
+    partitions int DEFAULT NULL)
+RETURNS SETOF esrc.event
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1000
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_category';
+COMMENT ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) IS
+    'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order; only of the given types, and only of the streams of one partition of partitions (esrc.stream_partition), when given.';
+REVOKE ALL ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) TO esrc_reader;

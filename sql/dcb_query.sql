@@ -228,6 +228,29 @@ SELECT state FROM esrc.load('public.dcb_tag_snap', 'dcbtagsnap-1');
 SELECT esrc.drop_snapshot('public.dcb_tag_snap');
 DROP FUNCTION public.dcb_tag_reducer(jsonb, esrc.event);
 
+-- read_category's filters: event types, and one member of a consumer
+-- group (the streams of partition p of n, as esrc.stream_partition says)
+SELECT count(*) FROM (SELECT esrc.append('dcbrc-' || i, CASE WHEN i % 3 = 0 THEN 'A' ELSE 'B' END, '{}')
+                      FROM generate_series(1, 30) i) s;
+SELECT count(*), string_agg(DISTINCT type, ',') FROM esrc.read_category('dcbrc', 0, 100, ARRAY['A']);
+SELECT count(*) FROM esrc.read_category('dcbrc', 0, 2, ARRAY['A']);
+SELECT sum(n) AS all_events, bool_and(only_p) AS each_member_its_streams
+FROM (SELECT p, count(*) AS n, bool_and(esrc.stream_partition(stream, 3) = p) AS only_p
+      FROM generate_series(0, 2) p, esrc.read_category('dcbrc', 0, 100, NULL, p, 3) e GROUP BY p) s;
+SELECT count(*) = (SELECT count(*) FROM esrc.read_category('dcbrc', 0, 100) e
+                   WHERE type = 'A' AND esrc.stream_partition(stream, 3) = 1) AS both_filters
+FROM esrc.read_category('dcbrc', 0, 100, ARRAY['A'], 1, 3);
+SELECT * FROM esrc.read_category('dcbrc', 0, 100, ARRAY[]::text[]);
+\echo SQLSTATE :SQLSTATE
+SELECT * FROM esrc.read_category('dcbrc', 0, 100, ARRAY[NULL]);
+\echo SQLSTATE :SQLSTATE
+SELECT * FROM esrc.read_category('dcbrc', 0, 100, NULL, 1);
+\echo SQLSTATE :SQLSTATE
+SELECT * FROM esrc.read_category('dcbrc', 0, 100, NULL, 3, 3);
+\echo SQLSTATE :SQLSTATE
+SELECT * FROM esrc.read_category('dcbrc', 0, 100, NULL, 0, 0);
+\echo SQLSTATE :SQLSTATE
+
 -- a reader may read by query; a writer may append_if; PUBLIC neither
 SELECT has_function_privilege('esrc_reader', 'esrc.read_query(jsonb, bigint, int, bigint)', 'EXECUTE') AS reader_reads,
        has_function_privilege('esrc_writer', 'esrc.append_if(text, jsonb, jsonb, bigint)', 'EXECUTE') AS writer_appends,

@@ -29,6 +29,8 @@
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
 #define ESRC_MAX_TYPE_NAME		256		/* bytes */
 #define ESRC_MAX_MEMBER_NAME	63		/* bytes; subscription and member names */
+#define ESRC_MAX_FILTER_TYPES	64		/* read_category's types */
+#define ESRC_MAX_FILTER_PARTITIONS 1024 /* read_category's partitions */
 
 /*
  * Default of esrc.max_event_size: 960 kB, below librdkafka's default
@@ -102,6 +104,9 @@ extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
  */
 #define ESRC_STREAM_LOCK_SPACE		0x4553
 #define ESRC_CATEGORY_LOCK_SPACE	0x4554
+
+/* partition.c: the partition of a stream among npartitions (murmur2) */
+extern int	esrc_stream_partition_of(const char *stream, int len, int npartitions);
 
 /* append.c: the lock tag of a stream or category name */
 struct LOCKTAG;

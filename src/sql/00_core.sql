@@ -225,13 +225,16 @@ COMMENT ON FUNCTION esrc.read_all(bigint, int) IS
 CREATE FUNCTION esrc.read_category(
     category text,
     after_position bigint DEFAULT 0,
-    max_count int DEFAULT 1000)
+    max_count int DEFAULT 1000,
+    types text[] DEFAULT NULL,
+    "partition" int DEFAULT NULL,
+    partitions int DEFAULT NULL)
 RETURNS SETOF esrc.event
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1000
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_read_category';
-COMMENT ON FUNCTION esrc.read_category(text, bigint, int) IS
-    'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order.';
+COMMENT ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) IS
+    'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order; only of the given types, and only of the streams of one partition of partitions (esrc.stream_partition), when given.';
 
 CREATE FUNCTION esrc.read_query(
     query jsonb,
@@ -303,7 +306,7 @@ GRANT EXECUTE ON FUNCTION esrc.stream_version(text),
                           esrc.read_stream(text, bigint, int),
                           esrc.read_stream_backward(text, bigint, int),
                           esrc.read_all(bigint, int),
-                          esrc.read_category(text, bigint, int),
+                          esrc.read_category(text, bigint, int, text[], int, int),
                           esrc.read_query(jsonb, bigint, int, bigint),
                           esrc.explain_query(jsonb),
                           esrc.safe_position(),

@@ -99,7 +99,6 @@ typedef struct SubDef
 extern int	esrc_subscription_lease_ms;
 extern int	esrc_poll_max_wait_ms;
 
-extern uint32 murmur2(const unsigned char *data, int len);
 extern int	stream_partition(const char *stream, int len, int npartitions);
 extern void check_partitions(int32 partitions);
 extern Oid	catalog_owner(void);
