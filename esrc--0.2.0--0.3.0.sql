@@ -94,3 +94,24 @@ COMMENT ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) IS
     'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order; only of the given types, and only of the streams of one partition of partitions (esrc.stream_partition), when given.';
 REVOKE ALL ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) TO esrc_reader;
+
+-- subscriptions' filter by tags (issue 28)
+ALTER TABLE esrc.subscriptions ADD COLUMN tags text[];
+COMMENT ON COLUMN esrc.subscriptions.tags IS 'Only events that carry every one of these tags are delivered; null = no filter.';
+DROP FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb);
+CREATE FUNCTION esrc.create_subscription(
+    name text,
+    categories text[] DEFAULT NULL,
+    partitions integer DEFAULT 1,
+    start text DEFAULT 'beginning',
+    types text[] DEFAULT NULL,
+    metadata jsonb DEFAULT NULL,
+    tags text[] DEFAULT NULL)
+RETURNS void
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_create_subscription';
+COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]) IS
+    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type, metadata and tag filters.';
+REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]) TO esrc_subscriber;

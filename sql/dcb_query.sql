@@ -213,6 +213,16 @@ SELECT stream, tags FROM esrc.read_all(:p0, 2);
 SELECT esrc.create_subscription('dcbtags', ARRAY['dcbcourse']);
 SELECT stream, tags FROM esrc.poll('dcbtags', 'm1');
 SELECT esrc.drop_subscription('dcbtags');
+-- a subscription's tag filter: only events that carry every one of its tags
+SELECT esrc.create_subscription('dcbtagged', ARRAY['dcbstudent', 'dcbcourse'], start => :'p0',
+                                tags => ARRAY['course:c1', 'student:s1']);
+SELECT stream, tags FROM esrc.poll('dcbtagged', 'm1');
+SELECT tags FROM esrc.subscriptions WHERE name = 'dcbtagged';
+SELECT esrc.drop_subscription('dcbtagged');
+SELECT esrc.create_subscription('dcbbad', tags => ARRAY['']);
+\echo SQLSTATE :SQLSTATE
+SELECT esrc.create_subscription('dcbbad', tags => ARRAY[]::text[]);
+\echo SQLSTATE :SQLSTATE
 CREATE FUNCTION public.dcb_tag_reducer(state jsonb, e esrc.event) RETURNS jsonb
 LANGUAGE sql IMMUTABLE AS $$
     SELECT state || jsonb_build_object(e.version::text, to_jsonb(e.tags))

@@ -210,11 +210,37 @@ text_array_to_cstrings(ArrayType *arr, int *n)
 	return result;
 }
 
+/* The strings of a jsonb array of strings (the catalog's tag filter). */
+static char **
+jsonb_strings(Jsonb *jb, int *n)
+{
+	char	  **result;
+	int			i;
+
+	*n = JB_ROOT_IS_ARRAY(jb) && !JB_ROOT_IS_SCALAR(jb) ? JB_ROOT_COUNT(jb) : 0;
+	result = palloc(sizeof(char *) * Max(*n, 1));
+	for (i = 0; i < *n; i++)
+	{
+		JsonbValue *v = getIthJsonbValueFromContainer(&jb->root, i);
+
+		if (v == NULL || v->type != jbvString)
+			elog(ERROR, "esrc.subscriptions.tags holds a non-string");
+		result[i] = pnstrdup(v->val.string.val, v->val.string.len);
+	}
+	return result;
+}
+
 /*
  * The subscription called name, copied into the current memory context
  * (the caller's, not SPI's: call with SPI connected); an error if there is
  * none.
  */
+/*
+ * The tag filter (0.3.0) as a jsonb array or null, also from a catalog
+ * that ALTER EXTENSION esrc UPDATE has not given the column yet.
+ */
+#define TAGS_COLUMN(row) "pg_catalog.to_jsonb(" row ") OPERATOR(pg_catalog.->) 'tags'"
+
 static SubDef *lookup_common(const char *sql, Oid keytype, Datum key,
 							 const char *name, MemoryContext cxt);
 
@@ -223,10 +249,10 @@ lookup_subscription(const char *name, MemoryContext cxt, bool with_checkpoints)
 {
 	static const char *plain_sql =
 		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, "
-		"projection, name FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1";
+		"projection, name, " TAGS_COLUMN("subscriptions") " FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1";
 	static const char *cp_sql =
 		"SELECT s.id, s.owner, s.categories, s.types, s.metadata, s.partitions, s.consumers, "
-		"x.parts, x.cps, s.projection, s.name FROM esrc.subscriptions s, LATERAL ("
+		"x.parts, x.cps, s.projection, s.name, " TAGS_COLUMN("s") " FROM esrc.subscriptions s, LATERAL ("
 		"SELECT pg_catalog.array_agg(c.partition) AS parts, pg_catalog.array_agg(c.checkpoint) AS cps "
 		"FROM esrc.subscription_checkpoints c WHERE c.subscription_id OPERATOR(pg_catalog.=) s.id) x "
 		"WHERE s.name OPERATOR(pg_catalog.=) $1";
@@ -241,7 +267,7 @@ esrc_sub_lookup_id(int64 id, MemoryContext cxt)
 {
 	static const char *sql =
 		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, "
-		"projection, name FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
+		"projection, name, " TAGS_COLUMN("subscriptions") " FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
 
 	return lookup_common(sql, INT8OID, Int64GetDatum(id), NULL, cxt);
 }
@@ -301,6 +327,9 @@ lookup_common(const char *sql, Oid keytype, Datum key, const char *name,
 	d = SPI_getbinval(tup, desc, 5, &isnull);
 	if (!isnull)
 		def->metadata = DatumGetJsonbPCopy(d);
+	d = SPI_getbinval(tup, desc, 12, &isnull);
+	if (!isnull)
+		def->tags = jsonb_strings(DatumGetJsonbP(d), &def->ntags);
 	def->npartitions = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
 	d = SPI_getbinval(tup, desc, 7, &isnull);
 	if (!isnull)
@@ -594,6 +623,9 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 	static const char *filters_sql =
 		"UPDATE esrc.subscriptions SET types = $2, metadata = $3 "
 		"WHERE id OPERATOR(pg_catalog.=) $1";
+	static const char *tags_sql =
+		"UPDATE esrc.subscriptions SET tags = $2 WHERE id OPERATOR(pg_catalog.=) $1";
+	ArrayType  *tags;
 	char	   *name;
 	ArrayType  *cats;
 	int32		partitions;
@@ -609,6 +641,9 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 							ESRC_MAX_SUB_CATEGORIES, true);
 	types = check_name_array(fcinfo, 4, "types", ESRC_MAX_TYPE_NAME,
 							 ESRC_MAX_SUB_TYPES, false);
+	/* the 0.2.0 function has no tags argument */
+	tags = PG_NARGS() < 7 ? NULL :
+		check_name_array(fcinfo, 6, "tags", ESRC_MAX_SUB_TAG_LEN, ESRC_MAX_SUB_TAGS, false);
 	if (strncmp(name, ESRC_PROJECTION_SUB_PREFIX, strlen(ESRC_PROJECTION_SUB_PREFIX)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -649,6 +684,15 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 		values[2] = PointerGetDatum(metadata);
 		nulls[2] = metadata == NULL ? 'n' : ' ';
 		catalog_run(filters_sql, 3, argtypes, values, nulls, SPI_OK_UPDATE);
+	}
+	if (tags != NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, TEXTARRAYOID};
+		Datum		values[2];
+
+		values[0] = Int64GetDatum(id);
+		values[1] = PointerGetDatum(tags);
+		catalog_run(tags_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
 	}
 	SPI_finish();
 	PG_RETURN_VOID();
