@@ -11,7 +11,7 @@
 -- is empty after the upgrade.
 ------------------------------------------------------------------------
 ALTER TABLE esrc.events ADD COLUMN tags text[];
-CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (fastupdate = off)
+CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (gin_pending_list_limit = 256)
     WHERE tags IS NOT NULL;
 COMMENT ON COLUMN esrc.events.tags IS
     'The event''s tags (dynamic consistency boundaries, docs/dcb.md); null for an event without tags.';

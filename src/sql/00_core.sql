@@ -89,10 +89,11 @@ CREATE TABLE esrc.events (
 );
 CREATE INDEX events_category_position_idx ON esrc.events (category, position);
 -- Reads by tag (esrc.read_query, esrc.append_if's condition): untagged
--- events (tags null) are not in the index and cost it nothing; no pending
--- list (fastupdate off), so that a read by tag never scans a list of
--- recent entries that grows until the next vacuum.
-CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (fastupdate = off)
+-- events (tags null) are not in the index and cost it nothing.  New
+-- entries go to GIN's pending list (cheap appends), kept at 256 kB at most
+-- (gin_pending_list_limit; the default is 4 MB), so that what a read by
+-- tag scans besides the index stays small and bounded.
+CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (gin_pending_list_limit = 256)
     WHERE tags IS NOT NULL;
 COMMENT ON COLUMN esrc.events.tags IS
     'The event''s tags (dynamic consistency boundaries, docs/dcb.md); null for an event without tags.';
