@@ -206,6 +206,21 @@ SELECT esrc.append_if('dcbbad-2', '[{"type": "T", "data": {}}]',
 SELECT esrc.append_if('dcbbad-2', '[{"type": "esrc.deleted", "data": {}}]',
                       '{"fail_if_events_match": {"items": [{"tags": ["a"]}]}, "after": 0}');
 \echo SQLSTATE :SQLSTATE
+-- erased and permanently deleted streams take no conditional appends
+-- either (as append_batch: 55000); the events of an erased stream keep
+-- their tags (stream names and tags are not personal data) and still count
+-- for conditions; a deleted stream's hidden events count too
+SELECT esrc.append('dcbgone-1', 'T', '{"secret": 1}', tags => ARRAY['gone:1']);
+SELECT esrc.append('dcberased-1', 'T', '{"secret": 1}', tags => ARRAY['gone:2']);
+SELECT esrc.delete_stream('dcbgone-1', 'test', hard => true) AS hidden;
+SELECT esrc.erase_stream('dcberased-1', 'test') AS erased;
+SELECT pg_temp.try($$SELECT esrc.append_if('dcbgone-1', '[{"type": "T", "data": {}}]',
+                      '{"fail_if_events_match": {"items": [{"tags": ["none"]}]}, "after": 0}')$$);
+SELECT pg_temp.try($$SELECT esrc.append_if('dcberased-1', '[{"type": "T", "data": {}}]',
+                      '{"fail_if_events_match": {"items": [{"tags": ["none"]}]}, "after": 0}')$$);
+SELECT version, type, data, tags FROM esrc.events WHERE stream = 'dcberased-1' ORDER BY version;
+SELECT pg_temp.try($$SELECT esrc.append_if('dcbother-1', '[{"type": "T", "data": {}}]',
+                      '{"fail_if_events_match": {"items": [{"tags": ["gone:1"]}, {"tags": ["gone:2"]}]}, "after": 0}')$$);
 SELECT esrc.stream_version('dcbbad-2') AS nothing_written;
 
 -- esrc.event carries the tags: every read, esrc.poll, and the reducers of
