@@ -192,6 +192,9 @@ SELECT esrc.append_if('dcbbad-2', '[{"type": "T", "data": {}}]',
                       '{"fail_if_events_match": {"items": [{"tags": ["a"]}]}, "after": "0"}');
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.append_if('dcbbad-2', '[{"type": "T", "data": {}}]',
+                      '{"fail_if_events_match": {"items": [{"tags": ["a"]}]}, "after": 1.5}');
+\echo SQLSTATE :SQLSTATE
+SELECT esrc.append_if('dcbbad-2', '[{"type": "T", "data": {}}]',
                       '{"fail_if_events_match": {"items": [{"tags": ["a"]}]}, "after": 0, "before": 1}');
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.append_if('dcbbad-2', '[{"type": "T", "data": {}}]',

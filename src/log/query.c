@@ -598,6 +598,13 @@ parse_condition(Jsonb *jb)
 				 errhint("%s", hint)));
 	c->after = DatumGetInt64(DirectFunctionCall1(numeric_int8,
 												 NumericGetDatum(after->val.numeric)));
+	if (!DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(after->val.numeric),
+										  DirectFunctionCall1(int8_numeric,
+															  Int64GetDatum(c->after)))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid condition: \"after\" is not an integer"),
+				 errhint("%s", hint)));
 	c->query = parse_query(JsonbValueToJsonb(q));
 	return c;
 }
