@@ -72,7 +72,7 @@
 
 char	   *esrc_forwarder_standbys = NULL;
 
-/* The parsed list: the GUC's "extra", malloc'd by the check hook. */
+/* The parsed list: the GUC's "extra", allocated by the check hook. */
 typedef struct StandbyList
 {
 	int			n;
