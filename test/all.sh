@@ -19,6 +19,14 @@ source "$(dirname "$0")/lib.sh"
 ensure_deps
 build_install
 
+# The suite's time budget (45 minutes on CI's 2 cores): the long-running
+# drivers get shorter runs here than their own defaults, which stay for
+# runs by hand (bash test/run-25-soak.sh 600).
+export ESRC_SOAK_SECONDS=${ESRC_SOAK_SECONDS:-40}
+export ESRC_FUZZ_SECONDS=${ESRC_FUZZ_SECONDS:-40}
+export ESRC_SUB_SECONDS=${ESRC_SUB_SECONDS:-20}
+export ESRC_PROJ_SECONDS=${ESRC_PROJ_SECONDS:-20}
+
 matrix_default="17 18"
 [ -z "${ESRC_ONLY:-}" ] && [ -z "${ESRC_TESTS:-}" ] || matrix_default=none
 matrix=${ESRC_MATRIX:-$matrix_default}
