@@ -6,9 +6,10 @@
 
 ------------------------------------------------------------------------
 -- Adoption (issue 26): the role esrc_snapshot_manager (00_core.sql,
--- 10_snapshot.sql) and the if_not_exists argument of create_snapshot
+-- 10_snapshot.sql), the if_not_exists argument of create_snapshot
 -- (10_snapshot.sql), create_subscription (30_subscription.sql) and
--- create_projection (40_projection.sql).
+-- create_projection (40_projection.sql), and the erase_from/erase_column
+-- of projections (40_projection.sql).
 ------------------------------------------------------------------------
 -- The role, created or adopted as 00_core.sql does for every esrc role.
 DO $roles$
@@ -50,7 +51,13 @@ BEGIN
 END
 $roles$;
 
--- The three functions get a new argument, so a new signature: the old
+-- Projections that erase what they derived from erased or deleted streams
+-- (40_projection.sql).
+ALTER TABLE esrc.projections ADD COLUMN erase_from text[], ADD COLUMN erase_column text;
+COMMENT ON COLUMN esrc.projections.erase_from IS 'Qualified names of the tables whose rows of a stream the workers delete when they deliver its esrc.erased or esrc.deleted tombstone; null = none.';
+COMMENT ON COLUMN esrc.projections.erase_column IS 'The column of the erase_from tables that holds the stream name.';
+
+-- The three functions get new arguments, so a new signature: the old
 -- ones are renamed, the new ones created, the EXECUTE grants of the old
 -- ones carried over (a role granted create_snapshot under 0.2.0 keeps
 -- it), and the old ones dropped.
@@ -96,17 +103,19 @@ CREATE FUNCTION esrc.create_projection(
     batch_size integer DEFAULT 100,
     start text DEFAULT 'beginning',
     reset_function regprocedure DEFAULT NULL,
-    if_not_exists boolean DEFAULT false)
+    if_not_exists boolean DEFAULT false,
+    erase_from regclass[] DEFAULT NULL,
+    erase_column text DEFAULT 'stream')
 RETURNS bigint
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_create_projection';
-COMMENT ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean) IS
-    'Create a projection: background workers call handler (event esrc.event) for every committed event of the categories (null = all) after start, per-stream in order, each batch and its checkpoint in one transaction; returns its id.  With if_not_exists, an existing projection of the same definition (start aside) is a notice and its id is returned, one of another definition an error.';
+COMMENT ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text) IS
+    'Create a projection: background workers call handler (event esrc.event) for every committed event of the categories (null = all) after start, per-stream in order, each batch and its checkpoint in one transaction; returns its id.  With if_not_exists, an existing projection of the same definition (start aside) is a notice and its id is returned, one of another definition an error.  With erase_from, the rows of those tables whose erase_column is a stream are deleted when its esrc.erased or esrc.deleted tombstone is delivered.';
 
 REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                        esrc.create_subscription(text, text[], integer, text, text[], jsonb, boolean),
-                       esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean)
+                       esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)
     FROM PUBLIC;
 DO $acl$
 DECLARE
@@ -119,7 +128,7 @@ BEGIN
                      ('esrc.create_subscription_0_2_0(text, text[], integer, text, text[], jsonb)',
                       'esrc.create_subscription(text, text[], integer, text, text[], jsonb, boolean)'),
                      ('esrc.create_projection_0_2_0(text, regprocedure, text[], integer, integer, text, regprocedure)',
-                      'esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean)'))
+                      'esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)'))
              AS v(old_fn, new_fn)
         JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) v.old_fn::pg_catalog.regprocedure
         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
@@ -144,5 +153,5 @@ GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, 
     TO esrc_snapshot_manager;
 GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, boolean)
     TO esrc_subscriber;
-GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean)
+GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)
     TO esrc_subscriber;

@@ -449,7 +449,8 @@ refuse_own_projection(ProjDef *def, const char *what)
 
 /*
  * esrc.create_projection(name, handler, categories, partitions,
- * batch_size, start, reset_function, if_not_exists)
+ * batch_size, start, reset_function, if_not_exists, erase_from,
+ * erase_column)
  */
 Datum
 esrc_create_projection(PG_FUNCTION_ARGS)
@@ -482,6 +483,8 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 
 	/* PG_NARGS: the 0.2.0 SQL function, before ALTER EXTENSION UPDATE, has 7 */
 	bool		if_not_exists = PG_NARGS() > 7 && !PG_ARGISNULL(7) && PG_GETARG_BOOL(7);
+	char	   *erase_column;
+	ArrayType  *erase_from;
 
 	PreventCommandIfReadOnly("esrc.create_projection()");
 	name = projection_name_arg(fcinfo, 0);
@@ -516,11 +519,13 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(6))
 		reset = check_function(PG_GETARG_OID(6), true, owner);
 	start = PG_ARGISNULL(5) ? "beginning" : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	erase_from = esrc_projection_erase_check(fcinfo, 8, 9, owner, &erase_column);
 
 	SPI_connect();
 	esrc_lock_subscription_name(psprintf("%s%s", ESRC_PROJECTION_SUB_PREFIX, name));
 	if (if_not_exists &&
-		(id = esrc_projection_declared(name, handler, reset, batch_size, cats, partitions)) > 0)
+		(id = esrc_projection_declared(name, handler, reset, batch_size, cats, partitions,
+									   erase_from, erase_column)) > 0)
 	{
 		SPI_finish();
 		PG_RETURN_INT64(id);
@@ -547,6 +552,8 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	pvalues[0] = Int64GetDatum(id);
 	pvalues[1] = Int32GetDatum(partitions);
 	catalog_run(parts_sql, 2, pargtypes, pvalues, NULL, SPI_OK_INSERT);
+	if (erase_from != NULL)
+		esrc_projection_set_erase(id, erase_from, erase_column);
 	SPI_finish();
 	wake_workers_at_commit();
 	PG_RETURN_INT64(id);
