@@ -77,6 +77,7 @@
 
 #include "base/base.h"
 #include "log/log.h"
+#include "logint.h"
 
 /* esrc.max_event_size (defined by esrc.c) */
 int			esrc_max_event_size = ESRC_DEFAULT_MAX_EVENT_SIZE;
@@ -459,8 +460,9 @@ stream_head(EventLog *log, text *stream, Snapshot snap, bool *redacted)
 /*
  * Idempotency.  Returns true and sets *version when every event has an id
  * that is already stored in this stream (a retried append); returns false
- * when none of the ids is stored; raises an error for a mix, or for an id
- * stored in another stream.  One probe of the id index per given id.
+ * when none of the ids is stored; raises an error for a mix, for an id
+ * stored in another stream, or for an id that names another event
+ * (idcheck.c).  One probe of the id index per given id.
  */
 static bool
 find_existing_ids(EventLog *log, const char *stream, int nevents,
@@ -493,6 +495,10 @@ find_existing_ids(EventLog *log, const char *stream, int nevents,
 								other),
 						 errdetail("Event ids are unique across all streams; the append to stream \"%s\" was not written.",
 								   stream)));
+			esrc_check_retry_matches(log->scanslot,
+									 DatumGetCString(DirectFunctionCall1(uuid_out,
+																		 UUIDPGetDatum(events[j].id))),
+									 events[j].type, events[j].data, events[j].metadata);
 			nfound++;
 			if (j == nevents - 1)
 				last_version = DatumGetInt64(slot_getattr(log->scanslot,

@@ -11,6 +11,7 @@
 #define ESRC_LOG_LOGINT_H
 
 #include "port/atomics.h"
+#include "utils/jsonb.h"
 #include "log/log.h"
 
 /*
@@ -85,5 +86,9 @@ extern int64 esrc_bound_lookup(EsrcBound *e, uint32 hash, uint64 serial,
 extern void esrc_bound_store(EsrcBound *e, uint64 serial, uint64 mark,
 							 bool quiet, int64 first_visible,
 							 TimestampTz cut_after, TimestampTz cut_until);
+
+/* idcheck.c: an idempotent retry must give the stored event again */
+extern void esrc_check_retry_matches(struct TupleTableSlot *slot, const char *idtext,
+									 const char *type, Jsonb *data, Jsonb *metadata);
 
 #endif							/* ESRC_LOG_LOGINT_H */
