@@ -555,6 +555,7 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	if (erase_from != NULL)
 		esrc_projection_set_erase(id, erase_from, erase_column);
 	SPI_finish();
+	esrc_warn_unqualified_names(PG_GETARG_OID(1), psprintf("The handler of projection \"%s\"", name));
 	wake_workers_at_commit();
 	PG_RETURN_INT64(id);
 }

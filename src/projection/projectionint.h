@@ -71,4 +71,7 @@ extern void esrc_projection_erase_clear(ProjErase *e);
 extern void esrc_projection_erase_note(ProjErase *e, struct TupleTableSlot *slot);
 extern void esrc_projection_erase_flush(ProjErase *e, Oid owner);
 
+/* projhint.c: a failing handler's error, with the search_path hint */
+extern char *esrc_handler_error_text(const ErrorData *edata);
+
 #endif							/* ESRC_PROJECTIONINT_H */

@@ -478,7 +478,7 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 	values[2] = Int32GetDatum(attempts);
 	values[3] = Int64GetDatum(position);
 	values[4] = BoolGetDatum(blocked);
-	values[5] = CStringGetTextDatum(edata->message ? edata->message : "(no message)");
+	values[5] = CStringGetTextDatum(esrc_handler_error_text(edata));
 	values[6] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[7] = Float8GetDatum(delay / 1000.0);
 	catalog_run(sql, 8, argtypes, values, NULL, SPI_OK_UPDATE);
@@ -487,7 +487,7 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 					pj->name, outside ? "batch failed outside the handler" : "handler failed",
 					position, p, attempts,
 					blocked ? ", partition blocked" : "",
-					edata->message ? edata->message : "")));
+					esrc_handler_error_text(edata))));
 }
 
 static void

@@ -336,6 +336,7 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 			PG_RETURN_INT64(0);
 	}
 
+	esrc_warn_unqualified_names(reducer, psprintf("The reducer of snapshot \"%s\"", rv->relname));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	run_sql(psprintf("CREATE TABLE %s (stream pg_catalog.text PRIMARY KEY,"
