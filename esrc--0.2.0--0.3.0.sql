@@ -155,3 +155,90 @@ GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, 
     TO esrc_subscriber;
 GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)
     TO esrc_subscriber;
+
+------------------------------------------------------------------------
+-- esrc.metrics (issue 26): the lag of each projection and subscription and
+-- the projections' blocked partitions (60_metrics.sql).
+------------------------------------------------------------------------
+CREATE OR REPLACE VIEW esrc.metrics AS
+    WITH c AS (
+        SELECT coalesce(m.appends, 0) AS appends,
+               coalesce(m.events, 0) AS events,
+               coalesce(m.conflicts, 0) AS conflicts,
+               coalesce(m.idempotent_hits, 0) AS idempotent_hits,
+               coalesce(m.forwarded, 0) AS forwarded,
+               coalesce(m.forwarder_batches, 0) AS forwarder_batches,
+               coalesce(m.forwarder_errors, 0) AS forwarder_errors
+          FROM (SELECT pg_catalog.current_database() AS database) d
+          LEFT JOIN esrc.metrics_counters() m ON m.database = d.database),
+    -- the one place that reads esrc.forwarder_status: this database's row,
+    -- when the forwarder serves it
+    f AS (
+        SELECT s.events_pending, s.lag_seconds
+          FROM esrc.forwarder_status s
+         WHERE s.database = pg_catalog.current_database()
+           AND s.state <> 'inactive')
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()) AS labels,
+           v.value, v.help
+      FROM c, LATERAL (VALUES
+        ('esrc_appends_total', c.appends::double precision,
+         'Calls of esrc.append and esrc.append_batch that wrote events, counted at commit.'),
+        ('esrc_events_total', c.events::double precision,
+         'Events those calls wrote, counted at commit.'),
+        ('esrc_conflicts_total', c.conflicts::double precision,
+         'Appends refused with SQLSTATE 40001 by their version check (expected_version, or a concurrent append at REPEATABLE READ).'),
+        ('esrc_idempotent_hits_total', c.idempotent_hits::double precision,
+         'Appends answered from event ids already stored (retries), counted at commit.'),
+        ('esrc_forwarded_total', c.forwarded::double precision,
+         'Events the forwarder delivered to Kafka.'),
+        ('esrc_forwarder_batches_total', c.forwarder_batches::double precision,
+         'Batches the forwarder delivered to Kafka (Kafka transactions in exactly_once mode).'),
+        ('esrc_forwarder_errors_total', c.forwarder_errors::double precision,
+         'Failures the forwarder reported (Kafka unreachable, refused configuration, poison record), each retry that fails included.')
+      ) v(name, value, help)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()),
+           v.value, v.help
+      FROM f, LATERAL (VALUES
+        ('esrc_forwarder_pending_events', f.events_pending::double precision,
+         'Committed events the forwarder has not delivered yet.'),
+        ('esrc_forwarder_lag_seconds', coalesce(f.lag_seconds, 0)::double precision,
+         'Seconds since the oldest pending event was recorded; 0 when nothing is pending.')
+      ) v(name, value, help)
+    -- per projection: lag and blocked partitions (esrc.projection_status,
+    -- which scans the events not yet applied)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database(),
+                                                 'projection', p.projection),
+           v.value, v.help
+      FROM (SELECT s.projection, sum(s.events_behind) AS events, max(s.seconds_behind) AS seconds,
+                   count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'blocked') AS blocked
+              FROM esrc.projection_status s GROUP BY s.projection) p,
+           LATERAL (VALUES
+        ('esrc_projection_lag_events', p.events::double precision,
+         'Events of the projection''s categories committed and not yet applied, over its partitions.'),
+        ('esrc_projection_lag_seconds', coalesce(p.seconds, 0)::double precision,
+         'Age of the oldest event not yet applied, over its partitions; 0 when caught up.'),
+        ('esrc_projection_blocked_partitions', p.blocked::double precision,
+         'Partitions stopped at an event that failed esrc.projection_max_attempts times.')
+      ) v(name, value, help)
+    -- per subscription of SQL consumers (those of projections are above)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database(),
+                                                 'subscription', u.subscription),
+           v.value, v.help
+      FROM (SELECT s.subscription, sum(s.events_behind) AS events, max(s.seconds_behind) AS seconds
+              FROM esrc.subscription_status s
+             WHERE NOT s.subscription OPERATOR(pg_catalog.^@) 'projection:'
+             GROUP BY s.subscription) u,
+           LATERAL (VALUES
+        ('esrc_subscription_lag_events', u.events::double precision,
+         'Events the subscription''s filters pass, committed and not yet acknowledged, over its partitions.'),
+        ('esrc_subscription_lag_seconds', coalesce(u.seconds, 0)::double precision,
+         'Age of the oldest event not yet acknowledged, over its partitions; 0 when caught up.')
+      ) v(name, value, help);
+COMMENT ON VIEW esrc.metrics IS
+    'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started, the forwarder''s gauges (only where the forwarder serves this database), and the lag of each projection and subscription (labelled with its name) with the projections'' blocked partitions.';
+COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
+COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}, and "projection" or "subscription" for their figures.';
+COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
