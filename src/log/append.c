@@ -495,9 +495,7 @@ find_existing_ids(EventLog *log, const char *stream, int nevents,
 								other),
 						 errdetail("Event ids are unique across all streams; the append to stream \"%s\" was not written.",
 								   stream)));
-			esrc_check_retry_matches(log->scanslot,
-									 DatumGetCString(DirectFunctionCall1(uuid_out,
-																		 UUIDPGetDatum(events[j].id))),
+			esrc_check_retry_matches(log->scanslot, events[j].id,
 									 events[j].type, events[j].data, events[j].metadata);
 			nfound++;
 			if (j == nevents - 1)

@@ -34,6 +34,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
+#include "utils/uuid.h"
 
 #include "log/log.h"
 #include "logint.h"
@@ -159,23 +160,24 @@ same_metadata(Jsonb *stored, Jsonb *given)
 /*
  * The event stored with id (in slot, a row of esrc.events of this stream)
  * is given again as type, data and metadata (NULL = none) by a retry:
- * refuse it (23505) unless it is the same event.
+ * refuse it (23505) unless it is the same event.  Nothing is copied or
+ * formatted unless it is refused.
  */
 void
-esrc_check_retry_matches(TupleTableSlot *slot, const char *idtext,
+esrc_check_retry_matches(TupleTableSlot *slot, pg_uuid_t *id,
 						 const char *type, Jsonb *data, Jsonb *metadata)
 {
 	bool		isnull;
 	bool		metanull;
-	char	   *stream = TextDatumGetCString(slot_getattr(slot, Anum_events_stream, &isnull));
-	int64		version = DatumGetInt64(slot_getattr(slot, Anum_events_version, &isnull));
-	char	   *stored_type = TextDatumGetCString(slot_getattr(slot, Anum_events_type, &isnull));
+	text	   *stored_type = DatumGetTextPP(slot_getattr(slot, Anum_events_type, &isnull));
 	Datum		d = slot_getattr(slot, Anum_events_data, &isnull);
 	Datum		m = slot_getattr(slot, Anum_events_metadata, &metanull);
+	int			tlen = strlen(type);
 	const char *what = NULL;
 
-	if (strcmp(stored_type, type) != 0)
-		what = psprintf("has type \"%s\", not \"%s\"", stored_type, type);
+	if ((int) VARSIZE_ANY_EXHDR(stored_type) != tlen ||
+		memcmp(VARDATA_ANY(stored_type), type, tlen) != 0)
+		what = psprintf("has type \"%s\", not \"%s\"", text_to_cstring(stored_type), type);
 	else if (esrc_is_redacted(d, isnull, metanull))
 		return;					/* erased: its type is all that is left */
 	else if (!same_document(DatumGetJsonbP(d), data))
@@ -186,8 +188,10 @@ esrc_check_retry_matches(TupleTableSlot *slot, const char *idtext,
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_UNIQUE_VIOLATION),
-			 errmsg("event id %s names another event", idtext),
+			 errmsg("event id %s names another event",
+					DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id)))),
 			 errdetail("The event stored with this id in stream \"%s\" at version " INT64_FORMAT " %s; nothing was written.",
-					   stream, version, what),
+					   TextDatumGetCString(slot_getattr(slot, Anum_events_stream, &isnull)),
+					   DatumGetInt64(slot_getattr(slot, Anum_events_version, &isnull)), what),
 			 errhint("A retry repeats the first attempt exactly (only esrc.encrypt envelopes of the same subject and the trace context may differ); a new event needs a new id.")));
 }

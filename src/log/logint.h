@@ -12,6 +12,7 @@
 
 #include "port/atomics.h"
 #include "utils/jsonb.h"
+#include "utils/uuid.h"
 #include "log/log.h"
 
 /*
@@ -88,7 +89,7 @@ extern void esrc_bound_store(EsrcBound *e, uint64 serial, uint64 mark,
 							 TimestampTz cut_after, TimestampTz cut_until);
 
 /* idcheck.c: an idempotent retry must give the stored event again */
-extern void esrc_check_retry_matches(struct TupleTableSlot *slot, const char *idtext,
+extern void esrc_check_retry_matches(struct TupleTableSlot *slot, pg_uuid_t *id,
 									 const char *type, Jsonb *data, Jsonb *metadata);
 
 #endif							/* ESRC_LOG_LOGINT_H */
