@@ -23,11 +23,11 @@ SELECT esrc.stream_version('acct-2');
 
 -- a mix of stored and new ids is an error, nothing is written
 SELECT esrc.append_batch('acct-2', '[
-  {"type": "Deposited", "data": {}, "id": "b0000000-0000-0000-0000-000000000002"},
+  {"type": "Deposited", "data": {"amount": 1}, "id": "b0000000-0000-0000-0000-000000000002"},
   {"type": "Deposited", "data": {}, "id": "b0000000-0000-0000-0000-000000000009"}]');
 \echo SQLSTATE :SQLSTATE
 SELECT esrc.append_batch('acct-2', '[
-  {"type": "Deposited", "data": {}, "id": "b0000000-0000-0000-0000-000000000002"},
+  {"type": "Deposited", "data": {"amount": 1}, "id": "b0000000-0000-0000-0000-000000000002"},
   {"type": "Deposited", "data": {}}]');
 -- an id stored in another stream is an error
 SELECT esrc.append('acct-3', 'Opened', '{}', NULL, NULL, 'a0000000-0000-0000-0000-000000000001');
@@ -38,3 +38,4 @@ SELECT stream, esrc.stream_version(stream) FROM (VALUES ('acct-1'), ('acct-2'), 
 SELECT esrc.append('acct-4', 'Ping', '{}');
 SELECT esrc.append('acct-4', 'Ping', '{}');
 SELECT count(DISTINCT id) AS distinct_ids FROM esrc.read_stream('acct-4');
+

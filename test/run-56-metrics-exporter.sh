@@ -13,7 +13,9 @@
 # forwarder report a slow broker, which counts too).  Where Debian has the real
 # exporter (prometheus-postgres-exporter, installed if missing), it scrapes
 # the database with that file and its /metrics must say the same.  Appends
-# in a second database must not show in the first's figures.
+# in a second database must not show in the first's figures.  Then a paused
+# projection, a blocked one and a subscription nobody polls: their lag and
+# blocked partitions, per name, through the file and the exporter too.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -162,6 +164,40 @@ appends=$((appends + 1)) events=$((events + 1))
 fwd_wait_forwarded 60 || status=1
 forwarded=$events errors=$((errors + 1))
 check "after one refused configuration" ', "esrc_forwarder_pending_events": 0, "esrc_forwarder_lag_seconds": 0'
+
+# F: per projection and subscription: events and seconds behind, blocked
+# partitions (a paused projection, one blocked at its first event with
+# esrc.projection_max_attempts = 1, a subscription nobody polls)
+q >/dev/null <<'SQL'
+ALTER SYSTEM SET esrc.projection_max_attempts = 1;
+SELECT pg_reload_conf();
+CREATE FUNCTION public.lag_noop(event esrc.event) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+CREATE FUNCTION public.lag_fails(event esrc.event) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'lag_fails always fails';
+END
+$$;
+SELECT esrc.create_projection('lagging', 'public.lag_noop(esrc.event)', ARRAY['lag'], 2);
+SELECT esrc.projection_pause('lagging');
+SELECT esrc.create_projection('stuck', 'public.lag_fails(esrc.event)', ARRAY['stuck']);
+SELECT esrc.create_subscription('feed', ARRAY['lag']);
+SELECT esrc.append('lag-' || g, 'Behind', '{}') FROM generate_series(1, 4) g;
+SELECT esrc.append('stuck-1', 'Fails', '{}');
+SQL
+appends=$((appends + 5)) events=$((events + 5))
+deadline=$((SECONDS + 30))
+until [ "$(q -c "SELECT count(*) FROM esrc.projection_status WHERE projection = 'stuck' AND state = 'blocked'")" = 1 ]; do
+    [ $SECONDS -lt $deadline ] || { log "FAIL - projection stuck not blocked in 30 s"; status=1; break; }
+    sleep 0.1
+done
+fwd_wait_forwarded 60 || status=1
+forwarded=$events
+check "projections and subscriptions behind" ', "esrc_forwarder_pending_events": 0,
+  "esrc_projection_lag_events{projection=\"lagging\"}": 4, "esrc_projection_lag_seconds{projection=\"lagging\"}": ">0",
+  "esrc_projection_blocked_partitions{projection=\"lagging\"}": 0,
+  "esrc_projection_lag_events{projection=\"stuck\"}": 1, "esrc_projection_blocked_partitions{projection=\"stuck\"}": 1,
+  "esrc_subscription_lag_events{subscription=\"feed\"}": 4, "esrc_subscription_lag_seconds{subscription=\"feed\"}": ">0"'
+q -c "ALTER SYSTEM RESET esrc.projection_max_attempts" -c "SELECT pg_reload_conf()" >/dev/null
 
 expect "esrc.metrics_counters() shows the other database apart (7 appends, 7 events)" \
     test "$(q -c "SELECT appends || ' ' || events FROM esrc.metrics_counters() WHERE database = 'other'")" = "7 7"

@@ -117,4 +117,7 @@ extern void esrc_run_sql_as(Oid owner, int flags, const char *sql, int nargs,
 							Oid *argtypes, Datum *values, const char *nulls,
 							int expected_rc);
 
+/* namecheck.c: a handler's or reducer's table names without their schema */
+extern void esrc_warn_unqualified_names(Oid funcoid, const char *what);
+
 #endif							/* ESRC_BASE_BASE_H */

@@ -457,8 +457,9 @@ stream_head(EventLog *log, text *stream, Snapshot snap, bool *redacted)
 /*
  * Idempotency.  Returns true and sets *version when every event has an id
  * that is already stored in this stream (a retried append); returns false
- * when none of the ids is stored; raises an error for a mix, or for an id
- * stored in another stream.  One probe of the id index per given id.
+ * when none of the ids is stored; raises an error for a mix, for an id
+ * stored in another stream, or for an id that names another event
+ * (idcheck.c).  One probe of the id index per given id.
  */
 static bool
 find_existing_ids(EventLog *log, const char *stream, int nevents,
@@ -491,6 +492,8 @@ find_existing_ids(EventLog *log, const char *stream, int nevents,
 								other),
 						 errdetail("Event ids are unique across all streams; the append to stream \"%s\" was not written.",
 								   stream)));
+			esrc_check_retry_matches(log->scanslot, events[j].id,
+									 events[j].type, events[j].data, events[j].metadata);
 			nfound++;
 			if (j == nevents - 1)
 				last_version = DatumGetInt64(slot_getattr(log->scanslot,

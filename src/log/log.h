@@ -116,6 +116,8 @@ extern void esrc_standby_shmem_init(void);
  */
 #define ESRC_STREAM_LOCK_SPACE		0x4553
 #define ESRC_CATEGORY_LOCK_SPACE	0x4554
+/* the name of a subscription (or "projection:<name>"), 17749: creates of one name wait */
+#define ESRC_SUBSCRIPTION_LOCK_SPACE	0x4555
 
 /* partition.c: the partition of a stream among npartitions (murmur2) */
 extern int	esrc_stream_partition_of(const char *stream, int len, int npartitions);

@@ -449,7 +449,8 @@ refuse_own_projection(ProjDef *def, const char *what)
 
 /*
  * esrc.create_projection(name, handler, categories, partitions,
- * batch_size, start, reset_function)
+ * batch_size, start, reset_function, if_not_exists, erase_from,
+ * erase_column)
  */
 Datum
 esrc_create_projection(PG_FUNCTION_ARGS)
@@ -479,6 +480,11 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	Oid			pargtypes[2] = {INT8OID, INT4OID};
 	Datum		pvalues[2];
 	bool		isnull;
+
+	/* PG_NARGS: the 0.2.0 SQL function, before ALTER EXTENSION UPDATE, has 7 */
+	bool		if_not_exists = PG_NARGS() > 7 && !PG_ARGISNULL(7) && PG_GETARG_BOOL(7);
+	char	   *erase_column;
+	ArrayType  *erase_from;
 
 	PreventCommandIfReadOnly("esrc.create_projection()");
 	name = projection_name_arg(fcinfo, 0);
@@ -513,8 +519,17 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(6))
 		reset = check_function(PG_GETARG_OID(6), true, owner);
 	start = PG_ARGISNULL(5) ? "beginning" : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	erase_from = esrc_projection_erase_check(fcinfo, 8, 9, owner, &erase_column);
 
 	SPI_connect();
+	esrc_lock_subscription_name(psprintf("%s%s", ESRC_PROJECTION_SUB_PREFIX, name));
+	if (if_not_exists &&
+		(id = esrc_projection_declared(name, handler, reset, batch_size, cats, partitions,
+									   erase_from, erase_column)) > 0)
+	{
+		SPI_finish();
+		PG_RETURN_INT64(id);
+	}
 	values[0] = CStringGetTextDatum(name);
 	catalog_run(exists_sql, 1, argtypes, values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
@@ -537,7 +552,10 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	pvalues[0] = Int64GetDatum(id);
 	pvalues[1] = Int32GetDatum(partitions);
 	catalog_run(parts_sql, 2, pargtypes, pvalues, NULL, SPI_OK_INSERT);
+	if (erase_from != NULL)
+		esrc_projection_set_erase(id, erase_from, erase_column);
 	SPI_finish();
+	esrc_warn_unqualified_names(PG_GETARG_OID(1), psprintf("The handler of projection \"%s\"", name));
 	wake_workers_at_commit();
 	PG_RETURN_INT64(id);
 }

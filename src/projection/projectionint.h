@@ -12,6 +12,7 @@
 #define ESRC_PROJECTIONINT_H
 
 #include "fmgr.h"
+#include "utils/array.h"
 
 #include "projection/projection.h"
 
@@ -51,5 +52,26 @@ extern void esrc_projection_wake_at_commit(void);
 extern Datum esrc_drop_projection(PG_FUNCTION_ARGS);
 extern bool esrc_projection_owner_reads(int64 id, const char *name, Oid owner,
 										Oid handler);
+
+/* projdeclare.c: the if_not_exists form of create_projection */
+extern int64 esrc_projection_declared(const char *name, const char *handler,
+									  const char *reset, int32 batch_size,
+									  ArrayType *cats, int32 partitions,
+									  ArrayType *erase_from, const char *erase_column);
+
+/* projerase.c: the rows of erased and deleted streams in a projection's tables */
+typedef struct ProjErase ProjErase;
+struct TupleTableSlot;
+extern ArrayType *esrc_projection_erase_check(FunctionCallInfo fcinfo, int tables_arg,
+											  int column_arg, Oid owner, char **column);
+extern void esrc_projection_set_erase(int64 id, ArrayType *tables, const char *column);
+extern ProjErase *esrc_projection_erase_load(Datum tables, bool isnull, Datum column,
+											 bool column_isnull, MemoryContext cxt);
+extern void esrc_projection_erase_clear(ProjErase *e);
+extern void esrc_projection_erase_note(ProjErase *e, struct TupleTableSlot *slot);
+extern void esrc_projection_erase_flush(ProjErase *e, Oid owner);
+
+/* projhint.c: a failing handler's error, with the search_path hint */
+extern char *esrc_handler_error_text(const ErrorData *edata);
 
 #endif							/* ESRC_PROJECTIONINT_H */

@@ -115,6 +115,7 @@ typedef struct Proj
 	int			batch_size;
 	bool		paused;
 	int64		subid;
+	ProjErase  *erase;			/* erase_from (projerase.c); NULL = none */
 } Proj;
 
 /* per partition, as esrc.projection_partitions says */
@@ -297,7 +298,7 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq, int number)
 {
 	static const char *sql =
 		"SELECT p.id, p.name, p.owner, pg_catalog.to_regprocedure(p.handler), p.batch_size, "
-		"p.paused, p.subscription_id, s.categories FROM esrc.projections p "
+		"p.paused, p.subscription_id, s.categories, p.erase_from, p.erase_column FROM esrc.projections p "
 		"JOIN esrc.subscriptions s ON s.id OPERATOR(pg_catalog.=) p.subscription_id ORDER BY p.id";
 	Proj	   *projs;
 	uint64		hashes[ESRC_WAIT_CATEGORIES];
@@ -359,6 +360,13 @@ load_projections(MemoryContext cxt, int *nprojs, uint64 seq, int number)
 		if (!pj->paused && !esrc_role_exists(pj->owner))
 			pj->paused = ownerless = true;
 		pj->subid = DatumGetInt64(SPI_getbinval(tup, desc, 7, &isnull));
+		{
+			bool		colnull;
+			Datum		col = SPI_getbinval(tup, desc, 10, &colnull);
+
+			d = SPI_getbinval(tup, desc, 9, &isnull);
+			pj->erase = esrc_projection_erase_load(d, isnull, col, colnull, cxt);
+		}
 		held_keys[nheld_keys] = key;
 		held_keys[nheld_keys++].id = pj->subid;
 		d = SPI_getbinval(tup, desc, 8, &isnull);
@@ -470,7 +478,7 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 	values[2] = Int32GetDatum(attempts);
 	values[3] = Int64GetDatum(position);
 	values[4] = BoolGetDatum(blocked);
-	values[5] = CStringGetTextDatum(edata->message ? edata->message : "(no message)");
+	values[5] = CStringGetTextDatum(esrc_handler_error_text(edata));
 	values[6] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[7] = Float8GetDatum(delay / 1000.0);
 	catalog_run(sql, 8, argtypes, values, NULL, SPI_OK_UPDATE);
@@ -479,7 +487,7 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 					pj->name, outside ? "batch failed outside the handler" : "handler failed",
 					position, p, attempts,
 					blocked ? ", partition blocked" : "",
-					edata->message ? edata->message : "")));
+					esrc_handler_error_text(edata))));
 }
 
 static void
@@ -566,6 +574,7 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	esrc_running_projection = pj->id;
+	esrc_projection_erase_clear(pj->erase);
 	PG_TRY();
 	{
 		if (!OidIsValid(pj->handler))
@@ -593,6 +602,7 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 			part = stream_partition(VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream),
 									def->npartitions);
 			MemoryContextSwitchTo(evcxt);
+			esrc_projection_erase_note(pj->erase, slot);
 			if (whole)
 				batch[nbatch++] = ExecFetchSlotHeapTupleDatum(slot);
 			else
@@ -603,6 +613,7 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 					ev = PointerGetDatum(construct_array(&ev, 1, event_typid, -1, false,
 														 TYPALIGN_DOUBLE));
 				esrc_call_as_owner(pj->owner, &flinfo, 1, ev);
+				esrc_projection_erase_flush(pj->erase, pj->owner);
 				MemoryContextReset(evcxt);
 				CommandCounterIncrement();
 			}
@@ -617,6 +628,7 @@ apply_events(Proj *pj, SubDef *def, Tuplestorestate *ts, TupleTableSlot *slot,
 			esrc_call_as_owner(pj->owner, &flinfo, 1,
 							   PointerGetDatum(construct_array(batch, nbatch, event_typid,
 															   -1, false, TYPALIGN_DOUBLE)));
+			esrc_projection_erase_flush(pj->erase, pj->owner);
 			MemoryContextSwitchTo(cxt);
 			CommandCounterIncrement();
 		}

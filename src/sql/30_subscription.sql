@@ -69,13 +69,14 @@ CREATE FUNCTION esrc.create_subscription(
     start text DEFAULT 'beginning',
     types text[] DEFAULT NULL,
     metadata jsonb DEFAULT NULL,
-    tags text[] DEFAULT NULL)
+    tags text[] DEFAULT NULL,
+    if_not_exists boolean DEFAULT false)
 RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_create_subscription';
-COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]) IS
-    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type, metadata and tag filters.';
+COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[], boolean) IS
+    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type, metadata and tag filters.  With if_not_exists, an existing subscription of the same definition (start aside) is a notice, one of another definition an error.';
 
 CREATE FUNCTION esrc.drop_subscription(name text) RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
@@ -157,7 +158,7 @@ CREATE VIEW esrc.subscription_status AS
 COMMENT ON VIEW esrc.subscription_status IS
     'Per subscription and partition: the member holding it and until when, its checkpoint, and the events (and seconds, the age of the oldest) not yet acknowledged.  Scans those events.';
 
-REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]),
+REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[], boolean),
                        esrc.drop_subscription(text),
                        esrc.reset_subscription(text, bigint),
                        esrc.grant_subscription(text, regrole),
@@ -167,7 +168,7 @@ REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, tex
                        esrc.stream_partition(text, integer),
                        esrc.subscription_status_internal()
     FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]),
+GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[], boolean),
                           esrc.drop_subscription(text),
                           esrc.reset_subscription(text, bigint),
                           esrc.grant_subscription(text, regrole),

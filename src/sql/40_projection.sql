@@ -20,6 +20,8 @@ CREATE TABLE esrc.projections (
     start_position  bigint      NOT NULL CHECK (start_position >= 0),
     paused          boolean     NOT NULL DEFAULT false,
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    erase_from      text[],
+    erase_column    text,
     CONSTRAINT projections_pkey PRIMARY KEY (id),
     CONSTRAINT projections_name_key UNIQUE (name)
 );
@@ -32,6 +34,8 @@ COMMENT ON COLUMN esrc.projections.subscription_id IS 'The projection''s subscri
 COMMENT ON COLUMN esrc.projections.batch_size IS 'Most events a worker applies in one transaction.';
 COMMENT ON COLUMN esrc.projections.start_position IS 'The checkpoint it started from, and goes back to on esrc.reset_projection (0 = the beginning).';
 COMMENT ON COLUMN esrc.projections.paused IS 'Set by esrc.projection_pause: workers take no batch of it.';
+COMMENT ON COLUMN esrc.projections.erase_from IS 'Qualified names of the tables whose rows of a stream the workers delete when they deliver its esrc.erased or esrc.deleted tombstone; null = none.';
+COMMENT ON COLUMN esrc.projections.erase_column IS 'The column of the erase_from tables that holds the stream name.';
 
 CREATE TABLE esrc.projection_partitions (
     projection_id   bigint      NOT NULL REFERENCES esrc.projections (id) ON DELETE CASCADE,
@@ -100,13 +104,16 @@ CREATE FUNCTION esrc.create_projection(
     partitions integer DEFAULT 1,
     batch_size integer DEFAULT 100,
     start text DEFAULT 'beginning',
-    reset_function regprocedure DEFAULT NULL)
+    reset_function regprocedure DEFAULT NULL,
+    if_not_exists boolean DEFAULT false,
+    erase_from regclass[] DEFAULT NULL,
+    erase_column text DEFAULT 'stream')
 RETURNS bigint
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_create_projection';
-COMMENT ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure) IS
-    'Create a projection: background workers call handler (event esrc.event) for every committed event of the categories (null = all) after start, per-stream in order, each batch and its checkpoint in one transaction; returns its id.';
+COMMENT ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text) IS
+    'Create a projection: background workers call handler (event esrc.event) for every committed event of the categories (null = all) after start, per-stream in order, each batch and its checkpoint in one transaction; returns its id.  With if_not_exists, an existing projection of the same definition (start aside) is a notice and its id is returned, one of another definition an error.  With erase_from, the rows of those tables whose erase_column is a stream are deleted when its esrc.erased or esrc.deleted tombstone is delivered.';
 
 CREATE FUNCTION esrc.drop_projection(name text) RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
@@ -182,7 +189,7 @@ COMMENT ON VIEW esrc.projection_status IS
     'Per projection and partition: state (running, waiting, paused, retrying, blocked), the worker holding it, checkpoint, events and seconds behind, caught_up, events applied, the failing event and its last error.  Scans the events not yet applied.';
 
 REVOKE ALL ON FUNCTION esrc.projection_skips_immutable(),
-                       esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure),
+                       esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text),
                        esrc.drop_projection(text),
                        esrc.projection_pause(text),
                        esrc.projection_resume(text),
@@ -190,7 +197,7 @@ REVOKE ALL ON FUNCTION esrc.projection_skips_immutable(),
                        esrc.reset_projection(text),
                        esrc.projections_guard()
     FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure),
+GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text),
                           esrc.drop_projection(text),
                           esrc.projection_pause(text),
                           esrc.projection_resume(text),

@@ -67,10 +67,42 @@ CREATE VIEW esrc.metrics AS
          'Seconds the forwarder has been waiting for a standby of esrc.forwarder_standbys to flush the next batch''s WAL; 0 when it does not wait.'),
         ('esrc_forwarder_diverged', CASE WHEN f.state = 'diverged' THEN 1 ELSE 0 END::double precision,
          '1 while the forwarder sends nothing because Kafka''s position record does not match the log (state diverged), else 0.')
+      ) v(name, value, help)
+    -- per projection: lag and blocked partitions (esrc.projection_status,
+    -- which scans the events not yet applied)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database(),
+                                                 'projection', p.projection),
+           v.value, v.help
+      FROM (SELECT s.projection, sum(s.events_behind) AS events, max(s.seconds_behind) AS seconds,
+                   count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'blocked') AS blocked
+              FROM esrc.projection_status s GROUP BY s.projection) p,
+           LATERAL (VALUES
+        ('esrc_projection_lag_events', p.events::double precision,
+         'Events of the projection''s categories committed and not yet applied, over its partitions.'),
+        ('esrc_projection_lag_seconds', coalesce(p.seconds, 0)::double precision,
+         'Age of the oldest event not yet applied, over its partitions; 0 when caught up.'),
+        ('esrc_projection_blocked_partitions', p.blocked::double precision,
+         'Partitions stopped at an event that failed esrc.projection_max_attempts times.')
+      ) v(name, value, help)
+    -- per subscription of SQL consumers (those of projections are above)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database(),
+                                                 'subscription', u.subscription),
+           v.value, v.help
+      FROM (SELECT s.subscription, sum(s.events_behind) AS events, max(s.seconds_behind) AS seconds
+              FROM esrc.subscription_status s
+             WHERE NOT s.subscription OPERATOR(pg_catalog.^@) 'projection:'
+             GROUP BY s.subscription) u,
+           LATERAL (VALUES
+        ('esrc_subscription_lag_events', u.events::double precision,
+         'Events the subscription''s filters pass, committed and not yet acknowledged, over its partitions.'),
+        ('esrc_subscription_lag_seconds', coalesce(u.seconds, 0)::double precision,
+         'Age of the oldest event not yet acknowledged, over its partitions; 0 when caught up.')
       ) v(name, value, help);
 COMMENT ON VIEW esrc.metrics IS
-    'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started and the forwarder''s gauges (only where the forwarder serves this database).';
+    'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started, the forwarder''s gauges (only where the forwarder serves this database), and the lag of each projection and subscription (labelled with its name) with the projections'' blocked partitions.';
 COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
-COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}.';
+COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}, and "projection" or "subscription" for their figures.';
 COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
 GRANT SELECT ON esrc.metrics TO esrc_reader;

@@ -4,6 +4,7 @@
 Usage: check.py QUERIES.yaml EXPECTED.json PSQL-ARGS... [--scrape URL]
 
 EXPECTED.json: {"database": NAME, "metrics": {"esrc_appends_total": 31, ...}}
+(a figure of one projection or subscription: 'esrc_projection_lag_events{projection="p"}')
 (">0": any positive number; ">=N": at least N).  Checks, each printed as
 "ok - ..." or "FAIL - ...":
   * the file parses and has postgres_exporter's shape (namespace: query,
@@ -88,13 +89,16 @@ def main():
                 continue
             for c, u in cols.items():
                 if u != "LABEL":
-                    got[f"{ns}_{c}"] = float(r[c]) if r[c] not in ("", None) else None
-                    types[f"{ns}_{c}"] = u.lower()
-        check(labels == ["database"], f"query {ns} labels its figures with the database")
+                    # a figure per projection or subscription: name{label="value"}
+                    key = f"{ns}_{c}" + "".join(f'{{{l}="{r[l]}"}}' for l in labels[1:])
+                    got[key] = float(r[c]) if r[c] not in ("", None) else None
+                    types[key] = u.lower()
+        check(labels[:1] == ["database"], f"query {ns} labels its figures with the database")
 
     view = {r["name"] for r in psql(pargs, "SELECT name FROM esrc.metrics")}
-    check(set(got) == view, "the queries map exactly the metrics of esrc.metrics",
-          f"only in the queries {sorted(set(got) - view)}, only in the view {sorted(view - set(got))}")
+    names = {k.split("{")[0] for k in got}
+    check(names == view, "the queries map exactly the metrics of esrc.metrics",
+          f"only in the queries {sorted(names - view)}, only in the view {sorted(view - names)}")
     bad = [f"{k}={got.get(k)} want {v}" for k, v in want.items() if not matches(got.get(k), v)]
     check(not bad, f"each query value equals what happened ({len(want)} figures)", "; ".join(bad))
     for k, v in sorted(got.items()):
@@ -110,10 +114,13 @@ def main():
                 continue
             m = re.match(r"(esrc_\w+)\{([^}]*)\} (\S+)$", line)
             if m and f'database="{db}"' in m.group(2):
-                scraped[m.group(1)] = float(m.group(3))
+                extra = "".join(f'{{{l}="{v}"}}' for l, v in re.findall(r'(projection|subscription)="([^"]*)"',
+                                                                       m.group(2)))
+                scraped[m.group(1) + extra] = float(m.group(3))
         bad = [f"{k}={scraped.get(k)} want {v}" for k, v in want.items() if not matches(scraped.get(k), v)]
         check(not bad, f"the exporter's scrape has each figure with its value ({len(want)})", "; ".join(bad))
-        badt = [f"{k}: {stypes.get(k)} want {t}" for k, t in types.items() if stypes.get(k) != t]
+        badt = [f"{k}: {stypes.get(k.split('{')[0])} want {t}" for k, t in types.items()
+                if stypes.get(k.split("{")[0]) != t]
         check(not badt, "the exporter types each figure as the file says (counter/gauge)", "; ".join(badt))
     return 1 if failures else 0
 
