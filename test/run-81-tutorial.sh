@@ -68,6 +68,21 @@ expect "the event ids are the commands' ids" \
 expect "the snapshot table is owned by the migration role" \
     "$(as postgres -c "SELECT tableowner FROM pg_tables WHERE schemaname = 'accounts' AND tablename = 'users'")" accounts_owner
 
+# the reference: every column of every view of schema esrc in the README's
+# Views section (and shown to fail on a view that is not documented)
+as postgres -c "SELECT c.relname || '|' || a.attname FROM pg_class c
+                JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'esrc'
+                JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                WHERE c.relkind = 'v'" >"$dir/views"
+if out=$(python3 "$ESRC_ROOT/test/tutorial/views.py" "$ESRC_ROOT/README.md" "$dir/views" 2>&1); then
+    log "ok: the README's Views section: $out"
+else
+    log "FAILED: the README's Views section:"; echo "$out" >&2; fails=$((fails + 1))
+fi
+{ cat "$dir/views"; echo "undocumented_view|a_column"; } >"$dir/views.tampered"
+expect "views.py refuses a view the README does not document" \
+    "$(python3 "$ESRC_ROOT/test/tutorial/views.py" "$ESRC_ROOT/README.md" "$dir/views.tampered" >/dev/null 2>&1 && echo accepted || echo refused)" refused
+
 # the Python handler, as accounts_app, three renames at once
 py=$(awk '$2 == "python" { print $1 }' "$dir/blocks")
 [ -n "$py" ] || die "no Python block in the tutorial"
