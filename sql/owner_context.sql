@@ -14,7 +14,7 @@ RESET client_min_messages;
 \set SHOW_CONTEXT never
 CREATE ROLE ownctx_app LOGIN IN ROLE esrc_reader, esrc_subscriber;
 CREATE SCHEMA ownctx AUTHORIZATION ownctx_app;
-GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb)
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)
     TO ownctx_app;
 CREATE SCHEMA ownctx_evil;
 GRANT USAGE ON SCHEMA ownctx_evil TO PUBLIC;
@@ -123,7 +123,7 @@ SELECT what, who, restricted, path, lowered, leak FROM ownctx.seen;
 
 SELECT esrc.drop_projection('ownctx_p');
 SELECT esrc.drop_snapshot('ownctx.state');
-REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb)
+REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)
     FROM ownctx_app;
 SET client_min_messages = warning;
 DROP SCHEMA ownctx CASCADE;

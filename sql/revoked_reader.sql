@@ -16,7 +16,7 @@ CREATE ROLE rr_writer LOGIN IN ROLE esrc_writer;
 CREATE ROLE rr_decrypter LOGIN;
 CREATE SCHEMA rr AUTHORIZATION rr_owner;
 GRANT USAGE ON SCHEMA rr TO esrc_writer;
-GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                           esrc.rebuild_snapshot(text), esrc.drop_snapshot(text)
     TO rr_owner;
 
@@ -232,7 +232,7 @@ DROP SCHEMA rr CASCADE;
 DROP SCHEMA rrd CASCADE;
 REVOKE ALL ON SCHEMA esrc FROM rr_owner, rr_decrypter;
 REVOKE ALL ON FUNCTION esrc.decrypt(text, text, jsonb) FROM rr_decrypter;
-REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                        esrc.rebuild_snapshot(text), esrc.drop_snapshot(text)
     FROM rr_owner;
 DROP ROLE rr_owner, rr_writer, rr_decrypter, rr_definer;

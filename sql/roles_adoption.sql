@@ -26,6 +26,9 @@ CREATE ROLE roles_someone;
 GRANT roles_someone TO esrc_writer;
 CREATE EXTENSION esrc;
 REVOKE roles_someone FROM esrc_writer;
+ALTER ROLE esrc_snapshot_manager LOGIN;
+CREATE EXTENSION esrc;
+ALTER ROLE esrc_snapshot_manager NOLOGIN;
 
 -- as another database's CREATE EXTENSION left them: adopted
 CREATE EXTENSION esrc;
@@ -33,7 +36,7 @@ SELECT rolname, rolsuper, rolcreatedb, rolcreaterole, rolreplication,
        rolbypassrls, rolcanlogin,
        ARRAY(SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
              WHERE m.member = r.oid ORDER BY 1) AS member_of
-FROM pg_roles r WHERE rolname IN ('esrc_reader', 'esrc_writer') ORDER BY 1;
+FROM pg_roles r WHERE rolname IN ('esrc_reader', 'esrc_writer', 'esrc_snapshot_manager') ORDER BY 1;
 
 \c :regression_db
 DROP DATABASE esrc_roles;

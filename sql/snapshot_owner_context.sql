@@ -16,7 +16,7 @@ CREATE ROLE snapown_app LOGIN IN ROLE esrc_reader;
 CREATE ROLE snapown_writer LOGIN IN ROLE esrc_writer;
 CREATE SCHEMA snapown AUTHORIZATION snapown_app;
 GRANT USAGE ON SCHEMA snapown TO esrc_reader;
-GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb)
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)
     TO snapown_app;
 
 SET ROLE snapown_app;
@@ -133,7 +133,7 @@ SELECT esrc.stream_version('snapown-3');
 
 SELECT esrc.drop_snapshot('snapown.direct');
 SELECT esrc.drop_snapshot('snapown.viasql');
-REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb)
+REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)
     FROM snapown_app;
 DROP SCHEMA snapown CASCADE;
 DROP ROLE snapown_app, snapown_writer;

@@ -21,7 +21,7 @@ SELECT p.oid::regprocedure AS function,
        has_function_privilege('esrc_reader', p.oid, 'EXECUTE') AS reader,
        has_function_privilege('esrc_writer', p.oid, 'EXECUTE') AS writer
 FROM pg_proc p
-WHERE p.oid IN ('esrc.create_snapshot(text, text, regprocedure, jsonb)'::regprocedure,
+WHERE p.oid IN ('esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)'::regprocedure,
                 'esrc.rebuild_snapshot(text)'::regprocedure,
                 'esrc.drop_snapshot(text)'::regprocedure,
                 'esrc.load(text, text)'::regprocedure,
@@ -31,7 +31,7 @@ ORDER BY p.oid::regprocedure::text;
 SET ROLE snap_owner;
 SELECT esrc.create_snapshot('snap_app.who', 'snapwho', 'esrc.merge(jsonb, esrc.event)');
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                           esrc.rebuild_snapshot(text), esrc.drop_snapshot(text)
     TO snap_owner;
 
@@ -113,7 +113,7 @@ RESET ROLE;
 CREATE FUNCTION snap_open(state jsonb, event esrc.event) RETURNS jsonb
     LANGUAGE sql RETURN state;
 GRANT USAGE ON SCHEMA esrc TO snap_nobody;
-GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb) TO snap_nobody;
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean) TO snap_nobody;
 SET ROLE snap_nobody;
 SELECT esrc.create_snapshot('snap_nobody_sees', 'snapwho', 'public.snap_open(jsonb, esrc.event)');
 RESET ROLE;
@@ -130,13 +130,17 @@ SELECT count(*) AS definitions FROM esrc.snapshots WHERE category = 'snapwho';
 -- (the reducer runs as the table's owner, who may use it).
 CREATE ROLE snap_hider LOGIN IN ROLE esrc_reader;
 CREATE SCHEMA snap_hidden AUTHORIZATION snap_hider;
-GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                           esrc.drop_snapshot(text) TO snap_hider;
 SET ROLE snap_hider;
 CREATE FUNCTION snap_hidden.count(state jsonb, event esrc.event) RETURNS jsonb
     LANGUAGE sql RETURN jsonb_build_object('n', coalesce((state->>'n')::int, 0) + 1);
 SELECT esrc.create_snapshot('snap_hidden.counted', 'snaphidden', 'snap_hidden.count(jsonb, esrc.event)');
+-- create_snapshot granted esrc_reader USAGE on the schema, for the
+-- snapshot's readers: taken back, so that the writer has none
+REVOKE USAGE ON SCHEMA snap_hidden FROM esrc_reader;
 RESET ROLE;
+SELECT has_schema_privilege('snap_writer', 'snap_hidden', 'USAGE') AS writer_usage;
 SET ROLE snap_writer;
 SELECT esrc.append('snapelse-1', 'Any', '{}') IS NOT NULL AS other_category;
 SELECT esrc.append('snaphidden-1', 'Any', '{}') IS NOT NULL AS its_category;
@@ -146,11 +150,11 @@ SET ROLE snap_hider;
 SELECT esrc.drop_snapshot('snap_hidden.counted');
 RESET ROLE;
 DROP SCHEMA snap_hidden CASCADE;
-REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                        esrc.drop_snapshot(text) FROM snap_hider;
 DROP ROLE snap_hider;
 
-REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb),
+REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                        esrc.rebuild_snapshot(text), esrc.drop_snapshot(text)
     FROM snap_owner, snap_writer, snap_nobody;
 REVOKE USAGE ON SCHEMA esrc FROM snap_nobody;

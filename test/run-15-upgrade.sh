@@ -69,9 +69,14 @@ UPDATE esrc.forwarder_state SET position = 3;
 INSERT INTO esrc.forwarder_skips (position, stream, reason) VALUES (2, 'user-1', 'upgrade test');
 SQL
     state "$db" >"$dir/$db.before"
+    # a grant on a function whose signature 0.3.0 changes is carried over
+    q "$db" -c "GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb) TO upgrade_app"
     q "$db" -c "ALTER EXTENSION esrc UPDATE"
     [ "$(q "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'esrc'")" = "$current" ] \
         || die "ALTER EXTENSION esrc UPDATE from $v did not reach $current"
+    [ "$(q "$db" -c "SELECT has_function_privilege('upgrade_app', 'esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)', 'EXECUTE')")" = t ] \
+        || die "the upgrade from $v lost upgrade_app's EXECUTE on esrc.create_snapshot"
+    q "$db" -c "REVOKE EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean) FROM upgrade_app"
     state "$db" >"$dir/$db.after"
     diff -u "$dir/$db.before" "$dir/$db.after" >&2 || die "the upgrade from $v changed the stored state"
 

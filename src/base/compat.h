@@ -43,6 +43,7 @@
 
 #if PG_VERSION_NUM >= 160000
 #include "catalog/pg_proc.h"
+#include "catalog/pg_namespace.h"
 #endif
 #if PG_VERSION_NUM >= 170000
 #include "storage/procnumber.h"
@@ -156,6 +157,17 @@ esrc_proc_aclcheck(Oid proc, Oid roleid, AclMode mode)
 	return object_aclcheck(ProcedureRelationId, proc, roleid, mode);
 #else
 	return pg_proc_aclcheck(proc, roleid, mode);
+#endif
+}
+
+/* 16 replaced pg_namespace_aclcheck by object_aclcheck. */
+static inline AclResult
+esrc_namespace_aclcheck(Oid nsp, Oid roleid, AclMode mode)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_aclcheck(NamespaceRelationId, nsp, roleid, mode);
+#else
+	return pg_namespace_aclcheck(nsp, roleid, mode);
 #endif
 }
 

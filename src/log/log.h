@@ -102,6 +102,8 @@ extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
  */
 #define ESRC_STREAM_LOCK_SPACE		0x4553
 #define ESRC_CATEGORY_LOCK_SPACE	0x4554
+/* the name of a subscription (or "projection:<name>"), 17749: creates of one name wait */
+#define ESRC_SUBSCRIPTION_LOCK_SPACE	0x4555
 
 /* append.c: the lock tag of a stream or category name */
 struct LOCKTAG;

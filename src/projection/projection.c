@@ -449,7 +449,7 @@ refuse_own_projection(ProjDef *def, const char *what)
 
 /*
  * esrc.create_projection(name, handler, categories, partitions,
- * batch_size, start, reset_function)
+ * batch_size, start, reset_function, if_not_exists)
  */
 Datum
 esrc_create_projection(PG_FUNCTION_ARGS)
@@ -479,6 +479,9 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	Oid			pargtypes[2] = {INT8OID, INT4OID};
 	Datum		pvalues[2];
 	bool		isnull;
+
+	/* PG_NARGS: the 0.2.0 SQL function, before ALTER EXTENSION UPDATE, has 7 */
+	bool		if_not_exists = PG_NARGS() > 7 && !PG_ARGISNULL(7) && PG_GETARG_BOOL(7);
 
 	PreventCommandIfReadOnly("esrc.create_projection()");
 	name = projection_name_arg(fcinfo, 0);
@@ -515,6 +518,13 @@ esrc_create_projection(PG_FUNCTION_ARGS)
 	start = PG_ARGISNULL(5) ? "beginning" : text_to_cstring(PG_GETARG_TEXT_PP(5));
 
 	SPI_connect();
+	esrc_lock_subscription_name(psprintf("%s%s", ESRC_PROJECTION_SUB_PREFIX, name));
+	if (if_not_exists &&
+		(id = esrc_projection_declared(name, handler, reset, batch_size, cats, partitions)) > 0)
+	{
+		SPI_finish();
+		PG_RETURN_INT64(id);
+	}
 	values[0] = CStringGetTextDatum(name);
 	catalog_run(exists_sql, 1, argtypes, values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)

@@ -12,6 +12,7 @@
 #define ESRC_PROJECTIONINT_H
 
 #include "fmgr.h"
+#include "utils/array.h"
 
 #include "projection/projection.h"
 
@@ -51,5 +52,10 @@ extern void esrc_projection_wake_at_commit(void);
 extern Datum esrc_drop_projection(PG_FUNCTION_ARGS);
 extern bool esrc_projection_owner_reads(int64 id, const char *name, Oid owner,
 										Oid handler);
+
+/* projdeclare.c: the if_not_exists form of create_projection */
+extern int64 esrc_projection_declared(const char *name, const char *handler,
+									  const char *reset, int32 batch_size,
+									  ArrayType *cats, int32 partitions);
 
 #endif							/* ESRC_PROJECTIONINT_H */

@@ -259,11 +259,12 @@ run_sql(const char *sql, int expected_rc)
 }
 
 /*
- * esrc.create_snapshot(snapshot, category, reducer, initial_state)
+ * esrc.create_snapshot(snapshot, category, reducer, initial_state,
+ * if_not_exists)
  *
  * The table is created by the caller (who owns it, and whose reducer and
  * table rights are checked); only the catalog row is written as the owner
- * of esrc.snapshots.  Holds the category lock in ExclusiveLock mode until
+ * of esrc.snapshots.  Its readers get what snapmanage.c can grant.  Holds the category lock in ExclusiveLock mode until
  * the transaction ends: appends to the category wait, then see the new
  * snapshot and its filled rows.
  */
@@ -280,6 +281,9 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 	int64		applied;
 	Oid			argtypes[4] = {REGCLASSOID, TEXTOID, TEXTOID, JSONBOID};
 	Datum		values[4];
+
+	/* PG_NARGS: the 0.2.0 SQL function, before ALTER EXTENSION UPDATE, has 4 */
+	bool		if_not_exists = PG_NARGS() > 4 && !PG_ARGISNULL(4) && PG_GETARG_BOOL(4);
 
 	PreventCommandIfReadOnly("esrc.create_snapshot()");
 	snap_check_not_busy("esrc.create_snapshot()");
@@ -316,7 +320,21 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 				 errdetail("Appends in every session write the snapshot table.")));
 	qualname = quote_qualified_identifier(get_namespace_name(nsp), rv->relname);
 
-	(void) snap_lock_category(category, ExclusiveLock);
+	/*
+	 * if_not_exists: an existing snapshot is compared before the category
+	 * lock (start-up code must not stall the category's appends), and again
+	 * after it, which waited for a create of the same snapshot that was
+	 * under way.
+	 */
+	if (if_not_exists && snap_exists_same(nsp, rv->relname, category, reducer, initial_state))
+		PG_RETURN_INT64(0);
+	if (snap_lock_category(category, ExclusiveLock) != LOCKACQUIRE_ALREADY_HELD &&
+		if_not_exists)
+	{
+		AcceptInvalidationMessages();
+		if (snap_exists_same(nsp, rv->relname, category, reducer, initial_state))
+			PG_RETURN_INT64(0);
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -333,7 +351,7 @@ esrc_create_snapshot(PG_FUNCTION_ARGS)
 					 quote_literal_cstr(psprintf("esrc snapshot of category \"%s\", reduced by %s; written by esrc only.",
 												 category, format_procedure_qualified(reducer)))),
 			SPI_OK_UTILITY);
-	run_sql(psprintf("GRANT SELECT ON TABLE %s TO esrc_reader", qualname), SPI_OK_UTILITY);
+	snap_grant_readers(nsp, qualname);
 
 	values[0] = ObjectIdGetDatum(relid);
 	values[1] = CStringGetTextDatum(category);

@@ -7,12 +7,13 @@
  *	  stream, the busy flag) and the built-in reducer
  *	  esrc.merge.
  *
- * The snapshot code is five files sharing the private snapshotint.h:
+ * The snapshot code is six files sharing the private snapshotint.h:
  * snapshot.c (this one), snapapply.c (the trigger on esrc.events that
  * applies each new event to the snapshots of its category), snapbuild.c
  * (replay of the log into a table; create/drop_snapshot), snaprebuild.c
- * (rebuild_snapshot, online) and snapread.c (load, snapshot_at).  The
- * design below covers all five.
+ * (rebuild_snapshot, online), snapread.c (load, snapshot_at) and
+ * snapmanage.c (create_snapshot's if_not_exists, the grants of a new
+ * snapshot's readers).  The design below covers all six.
  *
  * A snapshot is a table (stream text PRIMARY KEY, version bigint, state
  * jsonb, updated_at timestamptz) plus a row in esrc.snapshots naming the

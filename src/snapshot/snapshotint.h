@@ -3,12 +3,13 @@
  * snapshotint.h
  *	  What the pieces of the snapshot code share; private to them.
  *
- * The snapshot code is five files: snapshot.c (the catalog and its
+ * The snapshot code is six files: snapshot.c (the catalog and its
  * triggers, the per-backend cache of definitions, locks, checks, reducer
  * calls and the fold, esrc.merge), snapapply.c (the trigger on
  * esrc.events), snapbuild.c (replay into a table; create/drop_snapshot),
- * snaprebuild.c (rebuild_snapshot, online) and snapread.c (load,
- * snapshot_at).  The design --
+ * snaprebuild.c (rebuild_snapshot, online), snapread.c (load,
+ * snapshot_at) and snapmanage.c (create_snapshot's if_not_exists, the
+ * grants of a new snapshot's readers).  The design --
  * invariants, locks, security, caching -- is described at the top of
  * snapshot.c.  The rest of esrc sees none of this.
  *
@@ -160,5 +161,10 @@ extern void snap_fold_sorted(Fold *f, Snapshot snap, int64 hi, SnapRowWriter wri
 							 void *arg);
 extern int64 snap_with_fold(SnapshotDef *def, void (*body) (Fold *f, void *arg), void *arg);
 extern int64 snap_replay_in_place(SnapshotDef *def);
+
+/* snapmanage.c: create_snapshot's if_not_exists, the readers' grants */
+extern bool snap_exists_same(Oid nsp, const char *relname, const char *category,
+							 Oid reducer, Jsonb *initial_state);
+extern void snap_grant_readers(Oid nsp, const char *qualname);
 
 #endif							/* ESRC_SNAPSHOTINT_H */

@@ -5,8 +5,10 @@
 --
 -- Roles are cluster-wide, so another database may have created them
 -- already; DROP EXTENSION leaves them in place.  esrc_reader, esrc_writer,
--- esrc_subscriber (subscriptions, 30_subscription.sql) and esrc_admin (the
--- log's life cycle, 50_lifecycle.sql) are created here, all four: an
+-- esrc_subscriber (subscriptions, 30_subscription.sql), esrc_admin (the
+-- log's life cycle, 50_lifecycle.sql) and esrc_snapshot_manager (creating,
+-- rebuilding and dropping snapshots of tables one owns, 10_snapshot.sql)
+-- are created here, all five: an
 -- existing one is adopted only if it has no rights esrc would not have
 -- given it: no SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS or
 -- LOGIN, and no membership in another role (esrc_writer may be a member of
@@ -37,7 +39,8 @@ BEGIN
                                 AND g.rolname OPERATOR(pg_catalog.=) 'esrc_reader')
                      ORDER BY g.rolname) AS extra
         FROM pg_catalog.pg_roles a
-        WHERE a.rolname IN ('esrc_reader', 'esrc_writer', 'esrc_subscriber', 'esrc_admin')
+        WHERE a.rolname IN ('esrc_reader', 'esrc_writer', 'esrc_subscriber', 'esrc_admin',
+                            'esrc_snapshot_manager')
         ORDER BY a.rolname
     LOOP
         IF pg_catalog.cardinality(r.extra) OPERATOR(pg_catalog.>) 0 THEN
@@ -49,7 +52,8 @@ BEGIN
                                                r.rolname);
         END IF;
     END LOOP;
-    FOR r IN SELECT n FROM pg_catalog.unnest(ARRAY['esrc_reader', 'esrc_writer', 'esrc_subscriber', 'esrc_admin']) n
+    FOR r IN SELECT n FROM pg_catalog.unnest(ARRAY['esrc_reader', 'esrc_writer', 'esrc_subscriber', 'esrc_admin',
+                                                   'esrc_snapshot_manager']) n
     LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) r.n) THEN
             EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.n);

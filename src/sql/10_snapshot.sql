@@ -105,12 +105,13 @@ CREATE FUNCTION esrc.create_snapshot(
     snapshot text,
     category text,
     reducer regprocedure,
-    initial_state jsonb DEFAULT '{}')
+    initial_state jsonb DEFAULT '{}',
+    if_not_exists boolean DEFAULT false)
 RETURNS bigint
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     AS 'MODULE_PATHNAME', 'esrc_create_snapshot';
-COMMENT ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb) IS
-    'Create a snapshot table kept current by a reducer over the events of one category, fill it from the stored events and return the number of events applied.';
+COMMENT ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean) IS
+    'Create a snapshot table kept current by a reducer over the events of one category, fill it from the stored events and return the number of events applied.  With if_not_exists, an existing snapshot of the same definition is a notice (0 returned), one of another definition an error.';
 
 CREATE FUNCTION esrc.rebuild_snapshot(snapshot text) RETURNS bigint
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
@@ -151,16 +152,20 @@ COMMENT ON FUNCTION esrc.snapshot_at(text, text, bigint) IS
 ------------------------------------------------------------------------
 -- Privileges on functions
 --
--- create/rebuild/drop stay superuser-only unless granted: a snapshot's
--- reducer runs inside every append to its category, so whoever creates
--- one can make those appends fail.  rebuild and drop also require
--- ownership of the snapshot table.
+-- create/rebuild/drop are granted to esrc_snapshot_manager only (created
+-- in 00_core.sql), a role to grant to the role that runs migrations: a
+-- snapshot's reducer runs inside every append to its category, so whoever
+-- creates one can make those appends fail.  The C code checks the rest:
+-- create makes the table as the caller (its owner), who must execute the
+-- reducer and read the log (esrc_reader); rebuild and drop require
+-- ownership of the table (membership in its owner role); reducers run as
+-- the table's owner in the owner context (src/base/ownerctx.c).
 ------------------------------------------------------------------------
 REVOKE ALL ON FUNCTION esrc.snapshots_catalog(),
                        esrc.apply_snapshots(),
                        esrc.snapshots_sql_drop(),
                        esrc.merge(jsonb, esrc.event),
-                       esrc.create_snapshot(text, text, regprocedure, jsonb),
+                       esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
                        esrc.rebuild_snapshot(text),
                        esrc.drop_snapshot(text),
                        esrc.load(text, text),
@@ -170,3 +175,8 @@ GRANT EXECUTE ON FUNCTION esrc.merge(jsonb, esrc.event),
                           esrc.load(text, text),
                           esrc.snapshot_at(text, text, bigint)
     TO esrc_reader;
+GRANT USAGE ON SCHEMA esrc TO esrc_snapshot_manager;
+GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
+                          esrc.rebuild_snapshot(text),
+                          esrc.drop_snapshot(text)
+    TO esrc_snapshot_manager;

@@ -66,13 +66,14 @@ CREATE FUNCTION esrc.create_subscription(
     partitions integer DEFAULT 1,
     start text DEFAULT 'beginning',
     types text[] DEFAULT NULL,
-    metadata jsonb DEFAULT NULL)
+    metadata jsonb DEFAULT NULL,
+    if_not_exists boolean DEFAULT false)
 RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_create_subscription';
-COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb) IS
-    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type and metadata filters.';
+COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, boolean) IS
+    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type and metadata filters.  With if_not_exists, an existing subscription of the same definition (start aside) is a notice, one of another definition an error.';
 
 CREATE FUNCTION esrc.drop_subscription(name text) RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
@@ -154,7 +155,7 @@ CREATE VIEW esrc.subscription_status AS
 COMMENT ON VIEW esrc.subscription_status IS
     'Per subscription and partition: the member holding it and until when, its checkpoint, and the events (and seconds, the age of the oldest) not yet acknowledged.  Scans those events.';
 
-REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb),
+REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, boolean),
                        esrc.drop_subscription(text),
                        esrc.reset_subscription(text, bigint),
                        esrc.grant_subscription(text, regrole),
@@ -164,7 +165,7 @@ REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, tex
                        esrc.stream_partition(text, integer),
                        esrc.subscription_status_internal()
     FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb),
+GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, boolean),
                           esrc.drop_subscription(text),
                           esrc.reset_subscription(text, bigint),
                           esrc.grant_subscription(text, regrole),

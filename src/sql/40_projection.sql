@@ -100,13 +100,14 @@ CREATE FUNCTION esrc.create_projection(
     partitions integer DEFAULT 1,
     batch_size integer DEFAULT 100,
     start text DEFAULT 'beginning',
-    reset_function regprocedure DEFAULT NULL)
+    reset_function regprocedure DEFAULT NULL,
+    if_not_exists boolean DEFAULT false)
 RETURNS bigint
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_create_projection';
-COMMENT ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure) IS
-    'Create a projection: background workers call handler (event esrc.event) for every committed event of the categories (null = all) after start, per-stream in order, each batch and its checkpoint in one transaction; returns its id.';
+COMMENT ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean) IS
+    'Create a projection: background workers call handler (event esrc.event) for every committed event of the categories (null = all) after start, per-stream in order, each batch and its checkpoint in one transaction; returns its id.  With if_not_exists, an existing projection of the same definition (start aside) is a notice and its id is returned, one of another definition an error.';
 
 CREATE FUNCTION esrc.drop_projection(name text) RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
@@ -182,7 +183,7 @@ COMMENT ON VIEW esrc.projection_status IS
     'Per projection and partition: state (running, waiting, paused, retrying, blocked), the worker holding it, checkpoint, events and seconds behind, caught_up, events applied, the failing event and its last error.  Scans the events not yet applied.';
 
 REVOKE ALL ON FUNCTION esrc.projection_skips_immutable(),
-                       esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure),
+                       esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean),
                        esrc.drop_projection(text),
                        esrc.projection_pause(text),
                        esrc.projection_resume(text),
@@ -190,7 +191,7 @@ REVOKE ALL ON FUNCTION esrc.projection_skips_immutable(),
                        esrc.reset_projection(text),
                        esrc.projections_guard()
     FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure),
+GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean),
                           esrc.drop_projection(text),
                           esrc.projection_pause(text),
                           esrc.projection_resume(text),

@@ -628,8 +628,35 @@ subscription_insert(const char *name, Oid owner, ArrayType *cats, int32 partitio
 }
 
 /*
+ * The if_not_exists form (subdeclare.c): true, with a NOTICE, when the
+ * subscription called name exists with this definition; an error when it
+ * exists with another; false when there is none.
+ */
+static bool
+declared_already(const char *name, ArrayType *cats, int32 partitions,
+				 ArrayType *types, Jsonb *metadata)
+{
+	SubDef	   *def = esrc_sub_lookup_name(name, CurrentMemoryContext);
+	char	   *diff;
+
+	if (def == NULL)
+		return false;
+	diff = esrc_subscription_differences(def, GetUserId(), cats, partitions, types, metadata);
+	if (diff[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("subscription \"%s\" already exists with another definition", name),
+				 errdetail("%s", diff + 1),
+				 errhint("To change a subscription, drop it with esrc.drop_subscription() and create it again.")));
+	ereport(NOTICE,
+			(errcode(ERRCODE_DUPLICATE_OBJECT),
+			 errmsg("subscription \"%s\" already exists, skipping", name)));
+	return true;
+}
+
+/*
  * esrc.create_subscription(name, categories, partitions, start, types,
- * metadata)
+ * metadata, if_not_exists)
  */
 Datum
 esrc_create_subscription(PG_FUNCTION_ARGS)
@@ -645,6 +672,9 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 	Jsonb	   *metadata = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
 	int64		checkpoint;
 	int64		id;
+
+	/* PG_NARGS: the 0.2.0 SQL function, before ALTER EXTENSION UPDATE, has 6 */
+	bool		if_not_exists = PG_NARGS() > 6 && !PG_ARGISNULL(6) && PG_GETARG_BOOL(6);
 
 	PreventCommandIfReadOnly("esrc.create_subscription()");
 	name = subscription_name_arg(fcinfo, 0);
@@ -678,6 +708,12 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 	start = PG_ARGISNULL(3) ? "beginning" : text_to_cstring(PG_GETARG_TEXT_PP(3));
 
 	SPI_connect();
+	esrc_lock_subscription_name(name);
+	if (if_not_exists && declared_already(name, cats, partitions, types, metadata))
+	{
+		SPI_finish();
+		PG_RETURN_VOID();
+	}
 	checkpoint = subscription_start_position(start, cats);
 	id = subscription_insert(name, GetUserId(), cats, partitions, checkpoint, false);
 	if (types != NULL || metadata != NULL)

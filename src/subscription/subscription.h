@@ -152,6 +152,13 @@ typedef struct EsrcSubBatch
 } EsrcSubBatch;
 
 extern SubDef *esrc_sub_lookup_id(int64 id, MemoryContext cxt);
+
+/* subdeclare.c: the if_not_exists form of create_subscription/projection */
+extern void esrc_lock_subscription_name(const char *name);
+extern SubDef *esrc_sub_lookup_name(const char *name, MemoryContext cxt);
+extern char *esrc_subscription_differences(SubDef *def, Oid user, ArrayType *cats,
+										   int32 partitions, ArrayType *types,
+										   Jsonb *metadata);
 extern void esrc_sub_fetch(SubDef *def, const char *member, const bool *skip,
 						   int max_count, Tuplestorestate *ts, TupleDesc desc,
 						   EsrcSubBatch *batch);

@@ -73,7 +73,10 @@ WITH ext AS (
     JOIN members m ON m.classid = d.classoid AND m.objid = d.objoid
     CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.classoid, d.objoid, d.objsubid) i
     UNION ALL
-    SELECT 'schema acl ' || coalesce(n.nspacl::text, 'default')
+    -- the schema's ACL as a set: an upgrade grants a new role USAGE after
+    -- the roles a fresh install's later parts grant it to
+    SELECT 'schema acl ' || coalesce((SELECT pg_catalog.array_agg(x::text ORDER BY x::text)
+                                      FROM pg_catalog.unnest(n.nspacl) x)::text, 'default')
     FROM pg_catalog.pg_namespace n WHERE n.nspname = 'esrc'
     UNION ALL
     -- tables pg_dump dumps with the database
