@@ -36,7 +36,8 @@ say "Setting up: packages, build, Kafka broker jars (cached after the first run)
 ensure_deps
 dir=$(test_tmpdir demo)
 ks_pid=
-trap '[ -z "$ks_pid" ] || kill "$ks_pid" 2>/dev/null; fwd_stop_all; rm -rf "$dir"' EXIT
+# (under set -e a failing command in the trap would end it early: "|| true")
+trap 'if [ -n "$ks_pid" ]; then kill "$ks_pid" 2>/dev/null || true; fi; fwd_stop_all; rm -rf "$dir"' EXIT
 build_install
 "$FWD_KAFKA/fetch.sh" >/dev/null
 info "esrc built and installed into $("$PG_CONFIG" --pkglibdir)"
