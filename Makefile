@@ -5,7 +5,8 @@ EXTVERSION   = $(shell grep default_version $(EXTENSION).control | sed -e "s/def
 MODULE_big   = esrc
 # src/esrc.c (_PG_init) and one folder per subsystem (src/README.md)
 OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
-HEADERS      = $(sort $(wildcard src/*/*.h))
+# (not HEADERS: PGXS would install them as the extension's public headers)
+ESRC_HEADERS = $(sort $(wildcard src/*/*.h))
 
 # The install script of the current version is the concatenation of
 # src/sql/NN_*.sql, one file per capability.  The install scripts of
@@ -53,4 +54,14 @@ $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS) $(EXTENSION).control
 # PGXS does not track header dependencies: every object depends on every
 # header of src/, so that a changed header rebuilds what may include it
 # (a stale object once skewed a benchmark series)
-$(OBJS): $(HEADERS)
+$(OBJS): $(ESRC_HEADERS)
+
+# make dist: the PGXN source archive esrc-VERSION.zip (META.json at its
+# top, one directory esrc-VERSION/) of the committed tree, HEAD; what
+# .gitattributes marks export-ignore stays out.  test/run-07-package.sh
+# unpacks it and builds it with PGXS.
+DISTNAME = $(EXTENSION)-$(EXTVERSION)
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(DISTNAME)/ -o $(DISTNAME).zip HEAD
+	@echo "$(DISTNAME).zip"

@@ -6,7 +6,11 @@
 # On a fresh machine it installs what is missing, builds esrc, fetches a
 # Kafka broker (cached), starts a throwaway PostgreSQL cluster and a local
 # single-node Kafka, runs the security-service example, prints what
-# happened, checks it, and stops everything it started.  It exits non-zero
+# happened, checks it, and stops everything it started.  It shows the bug
+# next to the fix: three concurrent renames decided against a snapshot
+# table that a separate Kafka consumer keeps (as a Kafka Streams topology
+# does) end as three events that all claim version 1; the same three with
+# esrc end at versions 1, 2 and 3.  It exits non-zero
 # if anything it shows is not as described, so the test suite runs it too.
 set -euo pipefail
 source "$(dirname "$0")/../test/lib.sh"
@@ -31,7 +35,9 @@ say "Setting up: packages, build, Kafka broker jars (cached after the first run)
 # test_tmpdir hands its directory to that user: in this order
 ensure_deps
 dir=$(test_tmpdir demo)
-trap 'fwd_stop_all; rm -rf "$dir"' EXIT
+ks_pid=
+# (under set -e a failing command in the trap would end it early: "|| true")
+trap 'if [ -n "$ks_pid" ]; then kill "$ks_pid" 2>/dev/null || true; fi; fwd_stop_all; rm -rf "$dir"' EXIT
 build_install
 "$FWD_KAFKA/fetch.sh" >/dev/null
 info "esrc built and installed into $("$PG_CONFIG" --pkglibdir)"
@@ -44,7 +50,74 @@ psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1
     -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
 info "loaded examples/security_service.sql: snapshot security.users, handlers register_user / change_user_name"
 
-say "RegisterUser {name: Alex, email: $EMAIL}"
+say "First the bug: the same commands decided against an asynchronously updated snapshot"
+info "(what a Kafka Streams topology does: the command handler reads a snapshot table that a"
+info " separate consumer keeps from the event topic, decides, and produces the next event with"
+info " version = the snapshot's version + 1; Kafka has no expected-version check)"
+KS_TOPIC=kstreams.users
+fwd_sql "CREATE SCHEMA kstreams;
+         CREATE TABLE kstreams.users (stream text PRIMARY KEY, version bigint NOT NULL, name text NOT NULL);
+         CREATE TABLE kstreams.consumed (last_offset bigint NOT NULL);
+         INSERT INTO kstreams.consumed VALUES (-1)" >/dev/null
+# The separate consumer: reads the topic from where it stopped and applies
+# each record to the snapshot table, every 0.2 s, until told to stop.
+ks_consumer() {
+    local next records
+    while [ ! -f "$dir/ks.stop" ]; do
+        next=$(( $(fwd_sql "SELECT last_offset FROM kstreams.consumed") + 1 ))
+        records=$(kcat -b "$FWD_BROKER" -C -t "$KS_TOPIC" -o "$next" -e -q -f '%o\t%k\t%s\n' 2>/dev/null || true)
+        while IFS=$'\t' read -r offset key value; do
+            [ -n "$offset" ] || continue
+            fwd_sql "INSERT INTO kstreams.users AS u VALUES ('$key', ('$value'::jsonb->>'version')::bigint, '$value'::jsonb->>'name')
+                         ON CONFLICT (stream) DO UPDATE SET version = excluded.version, name = excluded.name;
+                     UPDATE kstreams.consumed SET last_offset = $offset" >/dev/null
+        done <<<"$records"
+        sleep 0.2
+    done
+}
+ks_produce() {   # ks_produce VERSION NAME: one event record, key = the stream
+    printf '%s\t%s\n' "$STREAM" "{\"type\": \"$3\", \"version\": $1, \"name\": \"$2\"}" |
+        kcat -b "$FWD_BROKER" -P -t "$KS_TOPIC" -K $'\t' 2>/dev/null
+}
+ks_wait_consumed() {   # ks_wait_consumed N: until the consumer applied N records
+    local deadline=$((SECONDS + 60))
+    until [ "$(fwd_sql "SELECT last_offset + 1 FROM kstreams.consumed")" -ge "$1" ]; do
+        [ $SECONDS -lt $deadline ] || fail "the snapshot consumer did not apply $1 records"; sleep 0.1
+    done
+}
+ks_produce 0 Alex UserRegistered
+ks_consumer & ks_pid=$!
+ks_wait_consumed 1
+info "RegisterUser: UserRegistered produced as version 0; the consumer has put it into kstreams.users"
+# a rename: load the snapshot, wait until all three have loaded (the three
+# commands arrive at once: none sees another's event before it decides),
+# then produce the event it decided on
+ks_rename() {
+    local name=$1 loaded
+    loaded=$(fwd_sql "SELECT version FROM kstreams.users WHERE stream = '$STREAM'")
+    touch "$dir/ks.loaded.$name"
+    while [ "$(ls "$dir"/ks.loaded.* | wc -l)" -lt 3 ]; do sleep 0.05; done
+    ks_produce $((loaded + 1)) "$name" UserNameChanged
+    echo "$name: loaded version $loaded from the snapshot table, produced UserNameChanged as version $((loaded + 1))"
+}
+pids=()
+for n in 1 2 3; do ks_rename "Alex$n" >"$dir/ks$n.out" 2>&1 & pids+=($!); done
+for p in "${pids[@]}"; do wait "$p" || fail "a rename against the asynchronous snapshot failed"; done
+ks_wait_consumed 4
+touch "$dir/ks.stop"; wait "$ks_pid" || true
+for n in 1 2 3; do info "$(cat "$dir/ks$n.out")"; done
+kcat -b "$FWD_BROKER" -C -t "$KS_TOPIC" -o beginning -e -q -f '%o\t%s\n' >"$dir/ks.records" 2>/dev/null
+info "the topic $KS_TOPIC now holds:"
+while IFS=$'\t' read -r offset value; do info "  offset $offset: $value"; done <"$dir/ks.records"
+ks_versions=$(python3 -c 'import json, sys
+print(",".join(str(json.loads(l.split("\t", 1)[1])["version"]) for l in open(sys.argv[1]) if l.strip()))' "$dir/ks.records")
+[ "$ks_versions" = "0,1,1,1" ] || fail "against the asynchronous snapshot the three renames should all be version 1 (got $ks_versions)"
+ks_state=$(fwd_sql "SELECT version || ' ' || name FROM kstreams.users WHERE stream = '$STREAM'")
+info "the snapshot table says version ${ks_state% *}, name ${ks_state#* }: three renames, three events"
+info "all claiming version 1, two of the names lost. No timeout fixes this: the snapshot"
+info "and the decision are not in one transaction."
+
+say "Now with esrc. RegisterUser {name: Alex, email: $EMAIL}"
 v=$(fwd_sql "SELECT security.register_user('$EMAIL', 'Alex')")
 info "UserRegistered appended at version $v"
 [ "$v" = 0 ] || fail "registration should be version 0, got $v"
@@ -130,6 +203,16 @@ lost=$(cat "$dir"/cmd*.out | grep -c 'SQLSTATE 40001' || true)
     || fail "the three renames should end at versions 1, 2 and 3"
 info "$lost append attempt(s) lost the race with SQLSTATE 40001 and were retried; the three ended at versions 1, 2, 3"
 
+say "Side by side: the same three renames"
+printf '    %-8s | %-44s | %s\n' rename "asynchronous snapshot (Kafka Streams style)" "esrc (snapshot in the appending transaction)"
+for n in 1 2 3; do
+    ks=$(sed -n 's/.*loaded version \([0-9]*\) .* as version \([0-9]*\)$/decided on version \1 -> event version \2/p' "$dir/ks$n.out")
+    es=$(grep -c 'attempt' "$dir/cmd$n.out")
+    printf '    %-8s | %-44s | %s\n' "Alex$n" "$ks" \
+        "$es attempt(s) -> event version $(grep -o -- '-> version [0-9]*$' "$dir/cmd$n.out" | grep -o '[0-9]*$')"
+done
+printf '    %-8s | %-44s | %s\n' "ends at" "versions 1, 1, 1 (two renames lost)" "versions 1, 2, 3 (none lost)"
+
 say "(a) The event log: versions 0, 1, 2, 3 — no rename lost, none decided against a stale state"
 show "SELECT position, version, type, data FROM esrc.read_stream('$STREAM')"
 [ "$(fwd_sql "SELECT string_agg(version::text, ',' ORDER BY version) FROM esrc.read_stream('$STREAM')")" = "0,1,2,3" ] \
@@ -150,7 +233,7 @@ python3 - "$dir/records.jsonl" "$STREAM" 4 <<'PY' || fail "Kafka does not show t
 import json, sys
 path, stream, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
 recs = [json.loads(l) for l in open(path) if l.strip()]
-recs = [r for r in recs if r.get("key") == stream]
+recs = [r for r in recs if r.get("key") == stream and r.get("topic") == "esrc.user"]
 for r in recs:
     h = r["headers"]
     print("    partition %s offset %s key=%s" % (r["partition"], r["offset"], r["key"]))
@@ -182,7 +265,7 @@ info "retried append succeeded at version $v"
 [ "$v" = 4 ] || fail "the retried append should be version 4"
 fwd_wait_forwarded 60 || fail "the retried event was not forwarded"
 fwd_consume "$dir/records2.jsonl"
-n=$(grep -c "\"key\":\"$STREAM\"" "$dir/records2.jsonl" || true)
+n=$(grep "\"topic\":\"$TOPIC\"" "$dir/records2.jsonl" | grep -c "\"key\":\"$STREAM\"" || true)
 [ "$n" = 5 ] || fail "Kafka should hold 5 events of the stream, once each (has $n)"
 info "Kafka now holds the 5 events of $STREAM, each once; the stale attempt never reached it"
 

@@ -58,8 +58,14 @@ ensure_deps() {
     fi
 }
 
-# Build and install the extension into the server's directories.
+# Build and install the extension into the server's directories; where
+# package_install installed the Debian package (the 17 and 18 roots),
+# the tests run against that package and nothing is built or installed.
 build_install() {
+    if [ -n "${ESRC_INSTALLED_PACKAGE:-}" ]; then
+        log "testing the installed package $ESRC_INSTALLED_PACKAGE ($(dpkg-query -W -f '${Version}' "$ESRC_INSTALLED_PACKAGE"))"
+        return 0
+    fi
     log "building esrc"
     make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" >/dev/null
     if [ "$(id -u)" = 0 ]; then
@@ -67,6 +73,27 @@ build_install() {
     else
         sudo make -C "$ESRC_ROOT" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
     fi
+}
+
+# package_install OUTDIR: build the Debian package postgresql-$ESRC_PG-esrc
+# of this tree (packaging/deb.sh) into OUTDIR and install it with
+# "apt-get install ./postgresql-N-esrc_*.deb", after removing the esrc
+# files an earlier "make install" left there, so that what the tests find
+# is exactly what the package holds; exports ESRC_INSTALLED_PACKAGE, which
+# build_install then honours.  For the Debian roots (test/matrix/run.sh).
+package_install() {
+    local out=$1 pkg=postgresql-$ESRC_PG-esrc deb sharedir
+    bash "$ESRC_ROOT/packaging/deb.sh" "$out"
+    deb=$(ls "$out/${pkg}"_*.deb)
+    sharedir=$("$PG_CONFIG" --sharedir)
+    DEBIAN_FRONTEND=noninteractive dpkg --purge "$pkg" >/dev/null 2>&1 || true
+    rm -rf "$("$PG_CONFIG" --pkglibdir)/esrc.so" "$sharedir"/extension/esrc.control \
+        "$sharedir"/extension/esrc--*.sql "$("$PG_CONFIG" --includedir-server)/extension/esrc"
+    log "installing $(basename "$deb") (apt-get install ./$(basename "$deb"))"
+    (cd "$out" && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "./$(basename "$deb")" >/dev/null) \
+        || die "apt-get install ./$(basename "$deb") failed"
+    dpkg-query -W -f '${Status}' "$pkg" | grep -q 'install ok installed' || die "$pkg is not installed"
+    export ESRC_INSTALLED_PACKAGE=$pkg
 }
 
 # A free TCP port on 127.0.0.1.

@@ -7,6 +7,11 @@
 # test/matrix/run.sh MAJOR -- COMMAND...: build and install there, then
 # run the command in the tree's copy instead (a benchmark, for example:
 # "test/matrix/run.sh 17 -- bash bench/append").
+# Inside the root the tests run against the Debian package built from the
+# tree's copy (packaging/deb.sh) and installed with apt-get install
+# ./postgresql-MAJOR-esrc_*.deb; ESRC_MATRIX_INSTALL=source installs with
+# "make install" instead.  ESRC_MATRIX_OUT=DIR keeps the .deb there
+# (packaging/build.sh).
 # The root shares the host's network namespace, so every server and broker
 # it starts listens on the host's loopback; the Kafka jars come from the
 # host's cache (bind-mounted read-only).  Exit status 0 when all passed, 1
@@ -53,6 +58,14 @@ mount -t proc proc "$root/proc" && mounts+=("$root/proc")
 bind /dev "$root/dev"
 bind /sys "$root/sys"
 bind "$kafka_libs" "$root/root/.cache/esrc/kafka-$KAFKA_VERSION/libs" ro
+# where the package is built to: the caller's directory, or one of the root's
+rm -rf "$root/build/out"
+if [ -n "${ESRC_MATRIX_OUT:-}" ]; then
+    mkdir -p "$ESRC_MATRIX_OUT"
+    bind "$ESRC_MATRIX_OUT" "$root/build/out"
+else
+    mkdir -p "$root/build/out"
+fi
 # name resolution of localhost inside the root, as on the host
 cp /etc/hosts "$root/etc/hosts"
 
@@ -66,11 +79,16 @@ mkdir -p "$root/build/esrc"
 chmod -R a+rX "$root/build"
 
 log "PostgreSQL $major in $(basename "$root"): $*"
+case ${ESRC_MATRIX_INSTALL:-package} in
+    package) install='package_install /build/out' ;;
+    source) install=build_install ;;
+    *) die "ESRC_MATRIX_INSTALL is package or source" ;;
+esac
 if [ "$1" = -- ]; then
     shift
-    cmd=(bash -c 'cd /build/esrc && source test/lib.sh && build_install && exec "$@"' run "$@")
+    cmd=(bash -c "cd /build/esrc && source test/lib.sh && ensure_deps && $install"' && exec "$@"' run "$@")
 else
-    cmd=(bash /build/esrc/test/all.sh)
+    cmd=(bash -c "cd /build/esrc && source test/lib.sh && ensure_deps && $install && exec bash test/all.sh")
 fi
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
