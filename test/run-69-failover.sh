@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Failover drills with the real tools (issue 27, item 4): Patroni 3 and
+# etcd 3.4 from Debian on loopback, two nodes with esrc preloaded, a real
+# Kafka broker, the forwarder on both nodes.  Per mode one cluster and 3
+# failovers, chained (the leader alternates); in each drill 4 writers
+# (test/ha/load.py: libpq multi-host target_session_attrs=read-write,
+# retrying the same event id after a disconnect), a subscription consumer
+# and a projection run while the leader's postmaster is killed with
+# kill -9; Patroni promotes the other node; the old leader rejoins (with
+# pg_rewind when it is ahead).  Then test/ha/check.py compares the new
+# leader's log with what the writers were told, Kafka (read_committed), the
+# consumer's and the projection's rows.
+#
+#   sync      synchronous_mode: true.  Every acknowledged append is in the
+#             new leader's log; Kafka holds exactly that log, in order, once;
+#             consumer and projection exactly once; the rejoined old leader
+#             runs no forwarder.
+#   standbys  asynchronous, esrc.forwarder_standbys = the other node's slot,
+#             the standby made to lag before the kill (the primary's walsender
+#             stopped with SIGSTOP while the writers go on): acknowledged
+#             appends may be lost (counted) but Kafka holds no event the new
+#             leader lacks, and nothing is skipped.
+#   lag       asynchronous without that setting, the same lag: the new
+#             leader's forwarder reports diverged (state, last_error, metric)
+#             and sends nothing.
+#
+# Runs on PostgreSQL 15 only (not in test/matrix).  ESRC_HA_MODES picks
+# modes (default "sync standbys lag"), ESRC_HA_DRILLS the failovers per
+# mode (default 3).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ESRC_ROOT/test/forward/common.sh"
+fwd_under_reaper "$@"
+source "$ESRC_ROOT/test/ha/cluster.sh"
+ha_ensure_deps
+
+modes=${ESRC_HA_MODES:-sync standbys lag}
+drills=${ESRC_HA_DRILLS:-3}
+PY=/usr/bin/python3     # Debian's, with python3-psycopg2 (patroni depends on it)
+dir=$(test_tmpdir failover)
+load_pid=
+cleanup() {
+    [ -n "$load_pid" ] && kill -KILL "$load_pid" 2>/dev/null || true
+    ha_stop_all
+    fwd_stop_all
+    [ -n "${KEEP:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+status=0
+t_start=$SECONDS
+
+# what the build under test provides (the HA forwarding of issue 27, item
+# 1 and 2); without it the asynchronous drills only report what they see
+has_standbys=no
+grep -q forwarder_standbys "$ESRC_ROOT"/src/forward/*.c 2>/dev/null && has_standbys=yes
+has_diverged=no
+grep -q forwarder_accept_divergence "$ESRC_ROOT"/src/sql/*.sql 2>/dev/null && has_diverged=yes
+
+KAFKA_NUM_PARTITIONS=2 fwd_start_kafka "$dir/kafka"
+ha_start_etcd "$dir/etcd"
+log "etcd on $HA_ETCD, Kafka on $FWD_BROKER; esrc.forwarder_standbys: $has_standbys, divergence check: $has_diverged"
+
+acked_count() { cat "$dir/$mode"/acked.* 2>/dev/null | wc -l; }
+
+# wait_acked N S: until N more appends were acknowledged (bounded)
+wait_acked() {
+    local target=$(( $(acked_count) + $1 )) deadline=$((SECONDS + $2))
+    until [ "$(acked_count)" -ge "$target" ]; do
+        [ $SECONDS -lt $deadline ] || { log "only $(acked_count) of $target appends acknowledged in $2 s"; return 1; }
+        kill -0 "$load_pid" 2>/dev/null || { log "the load stopped"; return 1; }
+        sleep 0.1
+    done
+}
+
+# on the leader: the forwarder's state, Kafka's view of it
+leader_sql() { ha_sql "$HA_LEADER" "$1"; }
+fwd_state() { leader_sql "SELECT state FROM esrc.forwarder_status WHERE database = current_database()" 2>/dev/null; }
+
+wait_state() { # STATE S
+    local deadline=$((SECONDS + $2))
+    until [ "$(fwd_state)" = "$1" ]; do
+        [ $SECONDS -lt $deadline ] || { log "forwarder state is not $1 within $2 s: $(fwd_state)"; return 1; }
+        sleep 0.1
+    done
+}
+
+# until the leader's forwarder sent every committed event, and the
+# projection applied them (bounded)
+wait_caught_up() {
+    FWD_PORT=${HA_PORT[$HA_LEADER]} FWD_DB=$HA_DB fwd_wait_forwarded "$1" || return 1
+    local deadline=$((SECONDS + $1))
+    until [ "$(leader_sql "SELECT bool_and(caught_up) FROM esrc.projection_status")" = t ]; do
+        [ $SECONDS -lt $deadline ] || { log "projection not caught up in $1 s"; return 1; }
+        sleep 0.1
+    done
+}
+
+# the standbys setting on both nodes (each names the other's slot), by
+# patronictl reload
+apply_standbys() {
+    local n
+    for n in 1 2; do
+        ha_node_config $n "$mode" false yes >"$HA_DIR/node$n.yml"
+    done
+    patronictl -c "$HA_DIR/node1.yml" reload "$mode" --force >/dev/null 2>&1 || true
+}
+
+drill() { # MODE I
+    local i=$2 old=$HA_LEADER other=$(( 3 - HA_LEADER )) ws t0 t1 pm counts
+    rm -f "$dir/$mode/stop"
+    [ "$mode" = sync ] && { ha_wait_sync "$other" 30 || return 1; }
+    "$PY" "$HA_HERE/load.py" \
+        "host=127.0.0.1,127.0.0.1 port=${HA_PORT[1]},${HA_PORT[2]} dbname=$HA_DB user=postgres target_session_attrs=read-write" \
+        "$dir/$mode" 4 6 2>"$dir/$mode/load.$i.log" &
+    load_pid=$!
+    wait_acked 200 30 || return 1
+    if [ "$mode" != sync ]; then
+        # the standby lags: the leader's walsender stops sending (what it
+        # already wrote to the socket arrives), the writers go on
+        ws=$(leader_sql "SELECT pid FROM pg_stat_replication WHERE application_name = 'node$other'")
+        [ -n "$ws" ] || { log "no walsender for node$other"; return 1; }
+        kill -STOP "$ws"
+        local stopped_at
+        stopped_at=$(leader_sql "SELECT max(position) FROM esrc.events")
+        wait_acked 300 30 || return 1
+        if [ "$mode" = standbys ] && [ "$has_standbys" = yes ]; then
+            wait_state "waiting for standby" 20 || return 1
+            log "   forwarder: $(leader_sql "SELECT state || ', last position ' || last_position FROM esrc.forwarder_status WHERE database = current_database()")"
+        else
+            # Kafka gets ahead of the standby
+            local deadline=$((SECONDS + 20))
+            until [ "$(leader_sql "SELECT last_position > $stopped_at + 200 FROM esrc.forwarder_status WHERE database = current_database()")" = t ]; do
+                [ $SECONDS -lt $deadline ] || { log "forwarder did not get ahead of the standby"; return 1; }
+                sleep 0.1
+            done
+        fi
+    fi
+    pm=$(ha_postmaster "$old")
+    t0=$(date +%s%N)
+    kill -KILL "$pm"
+    # the stopped walsender would never notice its postmaster's death
+    [ -z "${ws:-}" ] || kill -KILL "$ws" 2>/dev/null || true
+    ha_wait_leader "$old" 60 || return 1
+    t1=$(date +%s%N)
+    promote_ms=$(( (t1 - t0) / 1000000 ))
+    log "   node$old killed, node$HA_LEADER promoted in $promote_ms ms"
+    wait_acked 200 60 || return 1
+    ha_wait_streaming "$old" 90 || return 1
+    [ "$mode" = sync ] && { ha_wait_sync "$old" 30 || return 1; }
+    rewinds=$(cat "$HA_DIR"/node?/patroni.log | grep -c "pg_rewind exit code=0" || true)
+    touch "$dir/$mode/stop"
+    local deadline=$((SECONDS + 30))
+    while kill -0 "$load_pid" 2>/dev/null; do
+        [ $SECONDS -lt $deadline ] || { log "the load did not stop"; kill -KILL "$load_pid"; break; }
+        sleep 0.1
+    done
+    wait "$load_pid" || { cat "$dir/$mode/load.$i.log" >&2; load_pid=; return 1; }
+    load_pid=
+    [ "$mode" = standbys ] && [ "$has_standbys" = yes ] && apply_standbys
+
+    if [ "$mode" = lag ] && [ "$has_diverged" = yes ]; then
+        wait_state diverged 30 || return 1
+        local row
+        row=$(leader_sql "SELECT last_error FROM esrc.forwarder_status WHERE database = current_database()")
+        log "   last_error: $row"
+        expect "drill $mode $i: the new leader's forwarder is diverged and names both sides" \
+            eval '[[ "$row" == *Kafka* ]]'
+        expect "drill $mode $i: metric esrc_forwarder_diverged is 1" \
+            test "$(leader_sql "SELECT value FROM esrc.metrics WHERE name = 'esrc_forwarder_diverged' AND labels->>'database' = current_database()")" = 1
+        expect "drill $mode $i: the new leader sent nothing" \
+            test "$(leader_sql "SELECT delivered_total FROM esrc.forwarder_status WHERE database = current_database()")" = 0
+    elif [ "$mode" = lag ]; then
+        sleep 2 # not an assertion: lets the unguarded forwarder do what it does
+        log "   forwarder (no divergence check in this build): $(leader_sql "SELECT format('state=%s last=%s pending=%s error=%s', state, last_position, events_pending, coalesce(last_error, '-')) FROM esrc.forwarder_status WHERE database = current_database()")"
+    else
+        wait_caught_up 60 || return 1
+    fi
+
+    # compare
+    leader_sql "SELECT position, stream, version, id FROM esrc.events ORDER BY position" | tr '|' ' ' >"$dir/$mode/events"
+    leader_sql "SELECT position, id FROM drill_consumed" | tr '|' ' ' >"$dir/$mode/consumed"
+    leader_sql "SELECT position, id FROM drill_projected" | tr '|' ' ' >"$dir/$mode/projected"
+    local topics
+    topics=$(fwd_topics | grep "^$mode\." | grep -v "\.offsets\$")
+    # shellcheck disable=SC2086
+    FWD_BROKER=$FWD_BROKER "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $topics >"$dir/$mode/kafka.jsonl"
+    counts=$(python3 "$HA_HERE/check.py" "$dir/$mode/events" "$dir/$mode/kafka.jsonl" \
+        "$dir/$mode/consumed" "$dir/$mode/projected" "$dir/$mode"/acked.*)
+    log "   drill $mode $i: promote_ms=$promote_ms rewinds_so_far=$rewinds $counts"
+    eval "$(echo "$counts" | sed 's/\([a-z_]*\)=\([0-9]*\)/c_\1=\2;/g')"
+    # shellcheck disable=SC2154
+    {
+        sum_promote=$((sum_promote + promote_ms)); max_promote=$(( promote_ms > max_promote ? promote_ms : max_promote ))
+        last_acked=$c_acked; last_lost=$c_lost; last_phantoms=$c_phantoms; last_skipped=$c_skipped
+        last_dups=$c_duplicates
+    }
+    local fwd_on_old
+    fwd_on_old=$(ha_sql "$old" "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'esrc forwarder'")
+    expect "drill $mode $i: the rejoined node$old is a standby running no forwarder" \
+        test "$(ha_sql "$old" "SELECT pg_is_in_recovery()")/$fwd_on_old" = "t/0"
+    case $mode in
+    sync)
+        expect "drill $mode $i: every acknowledged append is in the new leader's log (lost=$c_lost)" test "$c_lost" = 0
+        expect "drill $mode $i: Kafka holds exactly the new leader's log, in order, once" \
+            test "$c_kafka/$c_phantoms/$c_missing/$c_duplicates/$c_disorder" = "$c_events/0/0/0/0"
+        expect "drill $mode $i: subscription and projection exactly once" \
+            test "$c_sub_missing$c_sub_dup$c_sub_extra$c_proj_missing$c_proj_dup$c_proj_extra" = 000000
+        ;;
+    standbys)
+        if [ "$has_standbys" = yes ]; then
+            expect "drill $mode $i: Kafka holds no event the new leader lacks, nothing skipped, once, in order (lost=$c_lost)" \
+                test "$c_phantoms/$c_missing/$c_duplicates/$c_disorder" = "0/0/0/0"
+        fi
+        expect "drill $mode $i: subscription and projection exactly once" \
+            test "$c_sub_missing$c_sub_dup$c_sub_extra$c_proj_missing$c_proj_dup$c_proj_extra" = 000000
+        ;;
+    lag)
+        if [ "$has_diverged" = yes ]; then
+            # go on: the operator accepts the divergence after the log's end
+            leader_sql "SELECT esrc.forwarder_accept_divergence((SELECT max(position) FROM esrc.events), 'failover drill $i')" >/dev/null
+            wait_state running 30 || return 1
+        fi
+        ;;
+    esac
+    return 0
+}
+
+declare -A summary
+for mode in $modes; do
+    t_mode=$SECONDS
+    sync=false
+    [ "$mode" = sync ] && sync=true
+    mkdir -p "$dir/$mode"
+    ha_cluster_start "$dir/$mode/cluster" "$mode" "$sync" no
+    [ "$mode" = standbys ] && [ "$has_standbys" = yes ] && apply_standbys
+    FWD_PORT=${HA_PORT[$HA_LEADER]} FWD_DB=$HA_DB fwd_wait_state running 60 || status=1
+    sum_promote=0 max_promote=0 done_drills=0
+    for i in $(seq "$drills"); do
+        if drill "$mode" "$i"; then
+            done_drills=$((done_drills + 1))
+        else
+            log "FAIL - drill $mode $i did not complete"
+            status=1
+            break
+        fi
+    done
+    expect "$mode: $drills failovers completed" test "$done_drills" = "$drills"
+    summary[$mode]=$(printf '%-9s %9s %11s %11s %6s %6s %8s %7s %10s %5s' "$mode" "$done_drills" \
+        "$(( done_drills ? sum_promote / done_drills : 0 ))" "$max_promote" "${last_acked:-?}" "${last_lost:-?}" \
+        "${last_phantoms:-?}" "${last_skipped:-?}" "${last_dups:-?}" "$((SECONDS - t_mode))")
+    ha_cluster_stop
+done
+
+log "summary (counts are cumulative over the mode's drills; lost = acknowledged appends the last leader lacks)"
+printf '%-9s %9s %11s %11s %6s %6s %8s %7s %10s %5s\n' mode failovers promote_avg promote_max acked lost phantoms skipped duplicates secs >&2
+for mode in $modes; do echo "${summary[$mode]}" >&2; done
+log "took $((SECONDS - t_start)) s"
+exit $status
