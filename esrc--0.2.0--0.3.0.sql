@@ -3,3 +3,247 @@
 -- install script's parts (src/sql/*.sql) define it; test/run-15-upgrade.sh
 -- checks that an upgraded database describes exactly what a fresh install does.
 \echo Use "ALTER EXTENSION esrc UPDATE TO '0.3.0'" to load this file. \quit
+
+------------------------------------------------------------------------
+-- ha-forward (issue 27, items 1 and 2): esrc.forwarder_standbys and the
+-- divergence of Kafka from the log (src/forward/fwdstandby.c,
+-- fwddiverge.c).  esrc.forwarder_worker_status() gains the column
+-- standby_wait_since, so it is created anew with the two views on it;
+-- esrc.metrics gains esrc_forwarder_standby_wait_seconds and
+-- esrc_forwarder_diverged; esrc.forwarder_divergences and
+-- esrc.forwarder_accept_divergence() are new.
+------------------------------------------------------------------------
+DROP VIEW esrc.metrics;
+DROP VIEW esrc.forwarder_status;
+DROP FUNCTION esrc.forwarder_worker_status();
+
+CREATE FUNCTION esrc.forwarder_worker_status(
+    OUT state text,
+    OUT detail text,
+    OUT database text,
+    OUT brokers text,
+    OUT delivery text,
+    OUT paused boolean,
+    OUT last_position bigint,
+    OUT delivered_total bigint,
+    OUT last_delivery_at timestamptz,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT blocked_position bigint,
+    OUT blocked_stream text,
+    OUT pid int,
+    OUT state_since timestamptz,
+    OUT standby_wait_since timestamptz)
+RETURNS SETOF record
+    LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED ROWS 4
+    AS 'MODULE_PATHNAME', 'esrc_forwarder_worker_status';
+COMMENT ON FUNCTION esrc.forwarder_worker_status() IS
+    'What the Kafka forwarder workers publish in shared memory, one row per forwarded database; use the view esrc.forwarder_status.';
+
+CREATE VIEW esrc.forwarder_status AS
+    SELECT w.state,
+           w.detail,
+           w.database,
+           w.brokers,
+           w.delivery,
+           w.paused,
+           p.last_position,
+           CASE WHEN h.here THEN (SELECT count(*)
+              FROM esrc.events e
+             WHERE e.position > p.last_position
+               AND e.position <= h.safe_position
+               AND NOT EXISTS (SELECT 1 FROM esrc.forwarder_skips s
+                               WHERE s.position = e.position)) END AS events_pending,
+           (SELECT greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - e.recorded_at))::double precision
+              FROM esrc.events e
+             WHERE h.here
+               AND e.position > p.last_position
+               AND e.position <= h.safe_position
+             ORDER BY e.position
+             LIMIT 1) AS lag_seconds,
+           w.delivered_total,
+           w.last_delivery_at,
+           w.last_error,
+           w.last_error_at,
+           w.blocked_position,
+           w.blocked_stream,
+           w.pid,
+           w.state_since,
+           w.standby_wait_since
+      FROM esrc.forwarder_worker_status() w,
+           LATERAL (SELECT w.database = pg_catalog.current_database() AS here,
+                           esrc.safe_position() AS safe_position) h,
+           LATERAL (SELECT CASE WHEN h.here
+                                THEN coalesce(w.last_position,
+                                              (SELECT fs.position FROM esrc.forwarder_state fs))
+                                ELSE w.last_position END AS last_position) p;
+COMMENT ON VIEW esrc.forwarder_status IS
+    'One row per forwarded database (esrc.databases), from any database, plus one for this database when it is not forwarded: the Kafka forwarder''s state, configuration (never esrc.kafka_properties), progress, events pending and lag in seconds of the oldest pending event (this database''s row only), and its last error.';
+COMMENT ON COLUMN esrc.forwarder_status.state IS
+    'stopped, starting, idle (no brokers), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), waiting for standby (a standby of esrc.forwarder_standbys has not flushed the next batch''s WAL, see last_error), diverged (Kafka''s position record does not match the log, see last_error and esrc.forwarder_accept_divergence()), no extension (esrc is not installed in that database), no database (a listed database that does not exist), or inactive (this database is not forwarded).';
+COMMENT ON COLUMN esrc.forwarder_status.last_position IS
+    'Last forwarded position: the worker''s own when one runs, else (this database''s row) esrc.forwarder_state.position.';
+COMMENT ON COLUMN esrc.forwarder_status.events_pending IS
+    'Committed events after last_position up to esrc.safe_position(), not counting skipped ones; null in the rows of other databases.';
+COMMENT ON COLUMN esrc.forwarder_status.lag_seconds IS
+    'Seconds since the oldest pending event was recorded; null when nothing is pending, and in the rows of other databases.';
+COMMENT ON COLUMN esrc.forwarder_status.delivered_total IS
+    'Records Kafka acknowledged since the server started.';
+COMMENT ON COLUMN esrc.forwarder_status.blocked_position IS
+    'Position of the event Kafka refuses (state blocked); see esrc.forwarder_skip().';
+COMMENT ON COLUMN esrc.forwarder_status.standby_wait_since IS
+    'Since when the worker waits for a standby of esrc.forwarder_standbys to flush the WAL of the next batch; null when it does not wait.';
+GRANT SELECT ON esrc.forwarder_status TO esrc_reader;
+REVOKE ALL ON FUNCTION esrc.forwarder_worker_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.forwarder_worker_status() TO esrc_reader;
+
+-- What the worker found at connect when Kafka's last position record did
+-- not match the log (a standby promoted after asynchronous replication
+-- lost events Kafka has), and the operator's decision.
+CREATE TABLE esrc.forwarder_divergences (
+    divergence_id     bigint      GENERATED ALWAYS AS IDENTITY,
+    detected_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    kafka_position    bigint      NOT NULL,
+    kafka_event_id    uuid,
+    log_event_id      uuid,
+    log_end           bigint      NOT NULL,
+    accepted_position bigint,
+    reason            text,
+    accepted_by       name,
+    accepted_at       timestamptz,
+    CONSTRAINT forwarder_divergences_pkey PRIMARY KEY (divergence_id)
+);
+COMMENT ON TABLE esrc.forwarder_divergences IS
+    'Divergences of the Kafka forwarder''s position record from the log, written by the worker when it stops (state diverged), and the operator''s decision, written by esrc.forwarder_accept_divergence().';
+COMMENT ON COLUMN esrc.forwarder_divergences.kafka_position IS
+    'Position of Kafka''s last position record.';
+COMMENT ON COLUMN esrc.forwarder_divergences.kafka_event_id IS
+    'Id of the event at that position as Kafka''s position record names it; null for a record written by esrc 0.2.0, which has no id.';
+COMMENT ON COLUMN esrc.forwarder_divergences.log_event_id IS
+    'Id of the log''s event at kafka_position when the divergence was found; null when the log had none there.';
+COMMENT ON COLUMN esrc.forwarder_divergences.log_end IS
+    'Position of the log''s last committed event (up to its horizon) when the divergence was found.';
+COMMENT ON COLUMN esrc.forwarder_divergences.accepted_position IS
+    'The operator''s decision: the worker sends the events after this position; null until esrc.forwarder_accept_divergence().';
+REVOKE ALL ON esrc.forwarder_divergences FROM PUBLIC;
+GRANT SELECT ON esrc.forwarder_divergences TO esrc_reader;
+
+CREATE FUNCTION esrc.forwarder_accept_divergence(after_position bigint, reason text,
+                                                 database name DEFAULT pg_catalog.current_database())
+RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $accept$
+DECLARE
+    v_horizon bigint;
+    v_id bigint;
+BEGIN
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                      WHERE r.rolname OPERATOR(pg_catalog.=) current_user), false) THEN
+        RAISE EXCEPTION 'permission denied for function esrc.forwarder_accept_divergence()'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Only a superuser may decide what the Kafka forwarder sends after a divergence.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute esrc.forwarder_accept_divergence() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    IF forwarder_accept_divergence.after_position IS NULL
+       OR forwarder_accept_divergence.after_position OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION 'after_position must be a position, 0 or more'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF forwarder_accept_divergence.database IS DISTINCT FROM pg_catalog.current_database() THEN
+        RAISE EXCEPTION 'esrc.forwarder_accept_divergence() decides for the database it runs in, not for database "%"',
+                        forwarder_accept_divergence.database
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = pg_catalog.format('Connect to database %I and run it there.', forwarder_accept_divergence.database);
+    END IF;
+    v_horizon := esrc.safe_position();
+    IF forwarder_accept_divergence.after_position OPERATOR(pg_catalog.>) v_horizon THEN
+        RAISE EXCEPTION 'position % is above the log''s horizon %', forwarder_accept_divergence.after_position, v_horizon
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The forwarder can only continue after a position the log has committed.';
+    END IF;
+    SELECT d.divergence_id INTO v_id
+      FROM esrc.forwarder_divergences d
+     WHERE d.accepted_position IS NULL
+     ORDER BY d.divergence_id DESC
+     LIMIT 1
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the Kafka forwarder has not reported a divergence in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'esrc.forwarder_status shows state diverged when it has; esrc.forwarder_divergences lists what it found.';
+    END IF;
+    UPDATE esrc.forwarder_divergences d
+       SET accepted_position = forwarder_accept_divergence.after_position,
+           reason = forwarder_accept_divergence.reason,
+           accepted_by = current_user,
+           accepted_at = pg_catalog.now()
+     WHERE d.divergence_id OPERATOR(pg_catalog.=) v_id;
+    UPDATE esrc.forwarder_state
+       SET position = forwarder_accept_divergence.after_position,
+           updated_at = pg_catalog.now();
+END
+$accept$;
+COMMENT ON FUNCTION esrc.forwarder_accept_divergence(bigint, text, name) IS
+    'The operator''s way out of state diverged (superuser): records the decision in esrc.forwarder_divergences and lets the Kafka forwarder of this database send the events after after_position (at most the log''s horizon); see docs/forwarder.md "Divergence".';
+REVOKE ALL ON FUNCTION esrc.forwarder_accept_divergence(bigint, text, name) FROM PUBLIC;
+
+CREATE VIEW esrc.metrics AS
+    WITH c AS (
+        SELECT coalesce(m.appends, 0) AS appends,
+               coalesce(m.events, 0) AS events,
+               coalesce(m.conflicts, 0) AS conflicts,
+               coalesce(m.idempotent_hits, 0) AS idempotent_hits,
+               coalesce(m.forwarded, 0) AS forwarded,
+               coalesce(m.forwarder_batches, 0) AS forwarder_batches,
+               coalesce(m.forwarder_errors, 0) AS forwarder_errors
+          FROM (SELECT pg_catalog.current_database() AS database) d
+          LEFT JOIN esrc.metrics_counters() m ON m.database = d.database),
+    -- the one place that reads esrc.forwarder_status: this database's row,
+    -- when the forwarder serves it
+    f AS (
+        SELECT s.events_pending, s.lag_seconds, s.state, s.standby_wait_since
+          FROM esrc.forwarder_status s
+         WHERE s.database = pg_catalog.current_database()
+           AND s.state <> 'inactive')
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()) AS labels,
+           v.value, v.help
+      FROM c, LATERAL (VALUES
+        ('esrc_appends_total', c.appends::double precision,
+         'Calls of esrc.append and esrc.append_batch that wrote events, counted at commit.'),
+        ('esrc_events_total', c.events::double precision,
+         'Events those calls wrote, counted at commit.'),
+        ('esrc_conflicts_total', c.conflicts::double precision,
+         'Appends refused with SQLSTATE 40001 by their version check (expected_version, or a concurrent append at REPEATABLE READ).'),
+        ('esrc_idempotent_hits_total', c.idempotent_hits::double precision,
+         'Appends answered from event ids already stored (retries), counted at commit.'),
+        ('esrc_forwarded_total', c.forwarded::double precision,
+         'Events the forwarder delivered to Kafka.'),
+        ('esrc_forwarder_batches_total', c.forwarder_batches::double precision,
+         'Batches the forwarder delivered to Kafka (Kafka transactions in exactly_once mode).'),
+        ('esrc_forwarder_errors_total', c.forwarder_errors::double precision,
+         'Failures the forwarder reported (Kafka unreachable, refused configuration, poison record), each retry that fails included.')
+      ) v(name, value, help)
+    UNION ALL
+    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()),
+           v.value, v.help
+      FROM f, LATERAL (VALUES
+        ('esrc_forwarder_pending_events', f.events_pending::double precision,
+         'Committed events the forwarder has not delivered yet.'),
+        ('esrc_forwarder_lag_seconds', coalesce(f.lag_seconds, 0)::double precision,
+         'Seconds since the oldest pending event was recorded; 0 when nothing is pending.'),
+        ('esrc_forwarder_standby_wait_seconds',
+         coalesce(greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - f.standby_wait_since)), 0)::double precision,
+         'Seconds the forwarder has been waiting for a standby of esrc.forwarder_standbys to flush the next batch''s WAL; 0 when it does not wait.'),
+        ('esrc_forwarder_diverged', CASE WHEN f.state = 'diverged' THEN 1 ELSE 0 END::double precision,
+         '1 while the forwarder sends nothing because Kafka''s position record does not match the log (state diverged), else 0.')
+      ) v(name, value, help);
+COMMENT ON VIEW esrc.metrics IS
+    'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started and the forwarder''s gauges (only where the forwarder serves this database).';
+COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
+COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}.';
+COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
+GRANT SELECT ON esrc.metrics TO esrc_reader;

@@ -214,4 +214,65 @@ esrc_json_lexer_free(JsonLexContext *lex)
 #define esrc_local_beentry(idx)	pgstat_fetch_stat_local_beentry(idx)
 #endif
 
+/*
+ * The forwarder's wait for the standbys of esrc.forwarder_standbys
+ * (fwdstandby.c): prepare, read the slots, sleep, and done at the end.
+ * 17 added WalSndCtl->wal_confirm_rcv_cv, which the walsenders broadcast
+ * when a physical slot listed in synchronized_standby_slots advances
+ * (PhysicalWakeupLogicalWalSnd): there the worker sleeps on it, with the
+ * timeout for slots not listed there.  15 and 16: a latch wait with the
+ * timeout, then the slots are read again.
+ */
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+#if PG_VERSION_NUM >= 170000
+#include "replication/walsender_private.h"
+#include "storage/condition_variable.h"
+
+static inline void
+esrc_standby_wait_prepare(void)
+{
+	if (WalSndCtl != NULL)
+		ConditionVariablePrepareToSleep(&WalSndCtl->wal_confirm_rcv_cv);
+}
+
+static inline void
+esrc_standby_wait_sleep(long timeout_ms, uint32 wait_event)
+{
+	if (WalSndCtl != NULL)
+		(void) ConditionVariableTimedSleep(&WalSndCtl->wal_confirm_rcv_cv,
+										   timeout_ms, wait_event);
+	else
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, wait_event);
+		ResetLatch(MyLatch);
+	}
+}
+
+static inline void
+esrc_standby_wait_done(void)
+{
+	(void) ConditionVariableCancelSleep();
+}
+#else
+static inline void
+esrc_standby_wait_prepare(void)
+{
+}
+
+static inline void
+esrc_standby_wait_sleep(long timeout_ms, uint32 wait_event)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout_ms, wait_event);
+	ResetLatch(MyLatch);
+}
+
+static inline void
+esrc_standby_wait_done(void)
+{
+}
+#endif
+
 #endif							/* ESRC_COMPAT_H */

@@ -101,6 +101,14 @@ static TimestampTz retry_at = 0;
 static bool config_refused = false; /* wait for a reload */
 static int64 poison_position = 0;	/* 0 = none */
 
+/*
+ * Kafka's position record, to check against the log before anything is
+ * sent (fwddiverge.c): set at each connect in exactly_once mode.
+ */
+static bool divergence_pending = false;
+static int64 kafka_record_position = 0;
+static char kafka_record_id[ESRC_KAFKA_ID_LEN];
+
 /* the two batch buffers (forwarder.h) */
 static Batch batches[2];
 
@@ -194,6 +202,7 @@ forwarder_exit(int code, Datum arg)
 	f->state_since = now;
 	f->pid = 0;
 	f->log_id[0] = '\0';
+	f->standby_wait_since = 0;
 	fwd_status_write_end(f);
 }
 
@@ -248,6 +257,8 @@ connect_kafka(void)
 	char		client_id[64];
 	int64		kafka_position = 0;
 
+	kafka_record_id[0] = '\0';
+
 	/*
 	 * Our Kafka identity is esrc-<log_id>: a database copied from another
 	 * that has esrc (CREATE DATABASE ... TEMPLATE) has the same log_id,
@@ -281,7 +292,8 @@ connect_kafka(void)
 	s.source = make_source(fwd_served_database);
 
 	fwd_set_state(FWD_CONNECTING, NULL);
-	kafka = esrc_kafka_connect(&s, &kafka_position, &status, err, sizeof(err));
+	kafka = esrc_kafka_connect(&s, &kafka_position, kafka_record_id, &status,
+							   err, sizeof(err));
 	pfree((char *) s.source);
 	if (kafka == NULL)
 	{
@@ -309,6 +321,9 @@ connect_kafka(void)
 	fwd_position = Max(Max(kafka_position, fwd_table_position), fwd_position);
 	if (fwd_position > fwd_table_position)
 		fwd_mirror_dirty = true;
+	/* before anything is sent: does the log have what Kafka says it has? */
+	kafka_record_position = kafka_position;
+	divergence_pending = fwd_cfg.exactly_once && kafka_position > 0;
 	fwd_publish_progress(fwd_position, 0);
 	backoff_ms = 0;
 	ereport(LOG,
@@ -384,6 +399,7 @@ new_log(void)
 	disconnect();
 	fwd_position = -1;
 	poison_position = 0;
+	divergence_pending = false;
 	fwd_set_blocked(0, NULL);
 	fwd_mirror_dirty = false;
 }
@@ -410,6 +426,24 @@ log_batch(Batch *b, int ndone)
 }
 
 static void account_batch(Batch *b, instr_time sent);
+static void reload_config(void);
+
+/*
+ * Between the waits for the standbys (fwdstandby.c): serve librdkafka's
+ * callbacks; false after a reload, so that the batch is read again under
+ * the new settings.
+ */
+static bool
+serve_during_wait(void)
+{
+	esrc_kafka_poll(kafka);
+	if (ConfigReloadPending)
+	{
+		reload_config();
+		return false;
+	}
+	return kafka != NULL;
+}
 
 /* Read the batch after position "after" into next while a batch is in flight. */
 static ReadResult
@@ -439,6 +473,8 @@ start_next(Batch *next)
 	int			poison;
 	EsrcKafkaStatus status;
 
+	if (!fwd_standbys_caught_up(next->flush_to))
+		return false;			/* the main loop waits for them */
 	if (resolve_topics(next, &usable, err, sizeof(err)) != ESRC_KAFKA_OK ||
 		usable < next->len)
 		return false;
@@ -809,6 +845,7 @@ start_worker(int slot)
 
 	fwd_status_write_begin(f);
 	f->pid = MyProcPid;
+	f->standby_wait_since = 0;
 	f->last_position = -1;
 	f->blocked_position = 0;
 	f->blocked_stream[0] = '\0';
@@ -923,6 +960,44 @@ wait_for_retry(void)
 }
 
 /*
+ * Connected, before anything is sent: check Kafka's position record
+ * against the log (fwddiverge.c).  Returns true, the turn is over, while
+ * an append in flight holds that position or while the divergence waits
+ * for the operator (esrc.forwarder_accept_divergence, looked for every
+ * second).
+ */
+static bool
+wait_if_diverged(long *held_wait)
+{
+	int64		after = 0;
+
+	if (!divergence_pending || kafka == NULL)
+		return false;
+	switch (fwd_check_divergence(kafka_record_position, kafka_record_id, &after))
+	{
+		case DIV_OK:
+			break;
+		case DIV_WAIT:
+			wait_latch(*held_wait);
+			*held_wait = Min(*held_wait * 2, HELD_WAIT_MAX_MS);
+			return true;
+		case DIV_DIVERGED:
+			wait_latch(1000);
+			return true;
+		case DIV_ACCEPTED:
+			fwd_position = after;
+			fwd_mirror_dirty = false;	/* the function set the table */
+			fwd_publish_progress(fwd_position, 0);
+			fwd_set_state(FWD_RUNNING, NULL);
+			fwd_forget_logged_failure();
+			break;
+	}
+	divergence_pending = false;
+	*held_wait = HELD_WAIT_MIN_MS;
+	return false;
+}
+
+/*
  * The extension is not installed (or not ours): forget the log, wait.
  * Under esrc.databases = '*' leave instead: the launcher asks this
  * database again later (fwdlauncher.c).
@@ -1030,6 +1105,8 @@ esrc_forwarder_main(Datum main_arg)
 			have = false;		/* a batch read ahead waits for no one */
 		if (wait_for_retry())
 			continue;
+		if (wait_if_diverged(&held_wait))
+			continue;
 
 		if (!have)
 		{
@@ -1073,6 +1150,9 @@ esrc_forwarder_main(Datum main_arg)
 		}
 		have = false;
 		held_wait = HELD_WAIT_MIN_MS;
+		/* esrc.forwarder_standbys: not before they have the batch's WAL */
+		if (!fwd_wait_standbys(cur->flush_to, serve_during_wait))
+			continue;			/* read again on the next turn */
 		forward_batch(&cur, &spare, &have);
 	}
 }

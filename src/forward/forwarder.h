@@ -3,13 +3,16 @@
  * forwarder.h
  *	  What the pieces of the Kafka forwarder share; private to them.
  *
- * The forwarder is five files: forwarder.c (a worker: main loop, its
+ * The forwarder is seven files: forwarder.c (a worker: main loop, its
  * state, signals, sending batches through kafka.c), fwdlauncher.c (the
  * launcher: one worker per forwarded database), fwdconf.c (the GUCs,
  * their check hooks, topic names, the append-time checks, registering
  * the launcher), fwdread.c (reading batches and the forwarder's row from
- * PostgreSQL, as the extension's owner) and fwdstatus.c (the status slots
- * in shared memory and the SQL functions that watch and steer workers).
+ * PostgreSQL, as the extension's owner), fwdstatus.c (the status slots
+ * in shared memory and the SQL functions that watch and steer workers),
+ * fwdstandby.c (esrc.forwarder_standbys: waiting for the standbys before
+ * a batch goes out) and fwddiverge.c (Kafka's position record against
+ * the log at connect, and the operator's accepted divergences).
  * The rest of esrc sees only what forward/forward.h declares.
  *
  * The worker's state below is written by the worker process only; in a
@@ -21,6 +24,7 @@
 #define ESRC_FORWARDER_H
 
 #include "nodes/pg_list.h"
+#include "access/xlogdefs.h"
 #include "portability/instr_time.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
@@ -44,7 +48,9 @@ typedef enum EsrcForwarderState
 	FWD_DISCONNECTED,
 	FWD_ERROR,
 	FWD_BLOCKED,
-	FWD_NO_EXTENSION
+	FWD_NO_EXTENSION,
+	FWD_WAITING_STANDBY,
+	FWD_DIVERGED
 } EsrcForwarderState;
 
 typedef enum EsrcDelivery
@@ -63,6 +69,7 @@ extern char *esrc_kafka_offsets_topic;
 extern char *esrc_kafka_properties;
 extern int	esrc_kafka_batch_size;
 extern int	esrc_delivery;
+extern char *esrc_forwarder_standbys;	/* fwdstandby.c */
 
 /*
  * Largest total size of the strings of one batch.  A batch ends at
@@ -135,6 +142,7 @@ typedef struct EsrcForwarderShared
 	int64		blocked_position;	/* poison record's position, 0 = none */
 	char		blocked_stream[ESRC_MAX_STREAM_NAME + 1];
 	char		log_id[40];		/* esrc.forwarder_state.log_id, "" = unknown */
+	TimestampTz standby_wait_since; /* waiting for a standby since, 0 = not */
 } EsrcForwarderShared;
 
 typedef struct EsrcForwarders
@@ -173,6 +181,7 @@ typedef struct Batch
 	int			len;
 	int64		bytes;			/* text bytes copied so far */
 	bool		held;			/* open appends held the horizon back */
+	XLogRecPtr	flush_to;		/* the end of the WAL of its commits */
 	/* when it was read, for the statistics and esrc.forwarder_log_batches */
 	instr_time	read_start;
 	instr_time	read_end;
@@ -203,6 +212,8 @@ typedef enum ReadResult
 } ReadResult;
 
 extern void fwd_pin_settings(void);
+extern Oid	fwd_xact_begin(const char *activity);
+extern void fwd_xact_end(Oid nsp);
 extern ReadResult fwd_read_log(Batch *b, bool want_batch, int64 after);
 extern bool fwd_poison_skipped(int64 poison_position);
 
@@ -235,7 +246,29 @@ extern void fwd_publish_progress(int64 position, int delivered);
 extern void fwd_kafka_wait_hook(int64 waited_ms, const char *last_error);
 extern bool fwd_paused(void);
 extern void fwd_publish_log_id(const char *log_id);
+extern void fwd_report_standby_wait(const char *why, TimestampTz since, bool first);
 extern const char *fwd_log_id_owner(const char *log_id);
+
+/* esrc.forwarder_standbys (fwdstandby.c) */
+extern void fwd_define_standbys_guc(void);
+extern bool fwd_standbys_configured(void);
+extern bool fwd_standbys_caught_up(XLogRecPtr lsn);
+extern bool fwd_wait_standbys(XLogRecPtr lsn, bool (*serve) (void));
+
+/*
+ * Divergence of Kafka's position record from the log (fwddiverge.c): at
+ * connect, what Kafka's last position record says against the log.
+ */
+typedef enum DivergenceCheck
+{
+	DIV_OK,						/* the log has Kafka's event at its position */
+	DIV_WAIT,					/* an append in flight holds that position */
+	DIV_DIVERGED,				/* the error is in the status */
+	DIV_ACCEPTED				/* the operator accepted it: *after */
+} DivergenceCheck;
+
+extern DivergenceCheck fwd_check_divergence(int64 kafka_position, const char *kafka_id,
+											int64 *after);
 
 /* The launcher (fwdlauncher.c) */
 extern void fwd_register_launcher(void);

@@ -648,6 +648,7 @@ esrc_forwarder_init(void)
 							 false,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+	fwd_define_standbys_guc();
 
 	fwd_register_launcher();
 }

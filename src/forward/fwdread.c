@@ -577,6 +577,7 @@ fwd_read_log(Batch *b, bool want_batch, int64 after)
 	b->len = 0;
 	b->bytes = 0;
 	b->held = false;
+	b->flush_to = InvalidXLogRecPtr;
 	MemoryContextReset(b->cxt);
 	fill = b;
 
@@ -620,8 +621,44 @@ done:
 	MemoryContextSwitchTo(fwd_loop_cxt);
 
 	if (b->len > 0 && flush_to != InvalidXLogRecPtr)
+	{
 		flush_wal(flush_to);
+		b->flush_to = flush_to; /* for esrc.forwarder_standbys */
+	}
 	return result;
+}
+
+/*
+ * A short transaction of the worker outside the batch reads (fwddiverge.c):
+ * begun, with SPI connected and a snapshot, running as the extension's
+ * owner; returns the schema esrc, or InvalidOid when the extension is not
+ * there (then nothing is switched).  fwd_xact_end(nsp) ends it.
+ */
+Oid
+fwd_xact_begin(const char *activity)
+{
+	Oid			nsp;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+	nsp = enter_extension();
+	return nsp;
+}
+
+void
+fwd_xact_end(Oid nsp)
+{
+	if (OidIsValid(nsp))
+		leave_extension();
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(fwd_loop_cxt);
 }
 
 /* While blocked: has the operator skipped the poison record? */

@@ -57,7 +57,8 @@ PG_FUNCTION_INFO_V1(esrc_forwarder_resume);
 
 static const char *const state_names[] = {
 	"stopped", "starting", "idle", "connecting", "running", "paused",
-	"disconnected", "error", "blocked", "no extension"
+	"disconnected", "error", "blocked", "no extension",
+	"waiting for standby", "diverged"
 };
 
 EsrcForwarders *fwd_shared = NULL;
@@ -260,6 +261,43 @@ fwd_kafka_wait_hook(int64 waited_ms, const char *last_error)
 }
 
 
+/*
+ * Waiting for a standby of esrc.forwarder_standbys (fwdstandby.c): why
+ * (NULL: the wait is over) and since when.  The first time of a wait is
+ * logged as a WARNING and counted as a failure; a new reason during the
+ * same wait only replaces last_error.
+ */
+void
+fwd_report_standby_wait(const char *why, TimestampTz since, bool first)
+{
+	EsrcForwarderShared *f = fwd_slot;
+
+	if (why == NULL)
+	{
+		fwd_status_write_begin(f);
+		f->standby_wait_since = 0;
+		fwd_status_write_end(f);
+		return;
+	}
+	if (first)
+	{
+		fwd_report_failure(FWD_WAITING_STANDBY, why,
+						   "Nothing more is sent to Kafka until every standby of esrc.forwarder_standbys has flushed the WAL of the next batch; appends go on. To give up waiting for a standby that is gone, remove it from esrc.forwarder_standbys and reload.");
+	}
+	else
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		fwd_status_write_begin(f);
+		strlcpy(f->last_error, why, sizeof(f->last_error));
+		f->last_error_at = now;
+		fwd_status_write_end(f);
+	}
+	fwd_status_write_begin(f);
+	f->standby_wait_since = since;
+	fwd_status_write_end(f);
+}
+
 /* ----------------------------------------------------------------
  * SQL functions
  * ----------------------------------------------------------------
@@ -345,7 +383,7 @@ esrc_forwarder_resume(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-#define STATUS_COLS 15
+#define STATUS_COLS 16
 
 static const char *
 delivery_name(bool exactly_once)
@@ -423,6 +461,10 @@ slot_row(ReturnSetInfo *rsinfo, const EsrcForwarderShared *c, bool paused)
 		nulls[i++] = true;
 	if (c->state_since != 0)
 		values[i++] = TimestampTzGetDatum(c->state_since);
+	else
+		nulls[i++] = true;
+	if (live && c->standby_wait_since != 0)
+		values[i++] = TimestampTzGetDatum(c->standby_wait_since);
 	else
 		nulls[i++] = true;
 	Assert(i == STATUS_COLS);

@@ -433,7 +433,7 @@ open_offsets_topic(EsrcKafka *k, const char *offsets_topic, char *err, size_t er
  */
 static EsrcKafkaStatus
 connect_transactional(EsrcKafka *k, const EsrcKafkaSettings *s, int64 *position,
-					  char *err, size_t errlen)
+					  char *position_id, char *err, size_t errlen)
 {
 	EsrcKafkaStatus status;
 	int			i;
@@ -442,7 +442,8 @@ connect_transactional(EsrcKafka *k, const EsrcKafkaSettings *s, int64 *position,
 	if (status == ESRC_KAFKA_OK)
 		status = open_offsets_topic(k, s->offsets_topic, err, errlen);
 	if (status == ESRC_KAFKA_OK)
-		status = kafka_read_position(k, s->offsets_topic, position, err, errlen);
+		status = kafka_read_position(k, s->offsets_topic, position, position_id,
+									 err, errlen);
 
 	/* the first transaction of each producer, ahead of time */
 	for (i = 0; status == ESRC_KAFKA_OK && i < k->nrk; i++)
@@ -480,12 +481,13 @@ check_reachable(EsrcKafka *k, const char *brokers, char *err, size_t errlen)
 /*
  * Create the producer and, in exactly-once mode, initialize transactions
  * (fencing earlier incarnations) and read the last committed position
- * from the offsets topic into *position (unchanged in at-least-once
- * mode).  NULL with *status and err set on failure.  May ereport(FATAL)
+ * from the offsets topic into *position and the id of the event there
+ * into position_id (ESRC_KAFKA_ID_LEN bytes; "" when the record has none,
+ * as 0.2.0 wrote them); both unchanged in at-least-once mode.  NULL with *status and err set on failure.  May ereport(FATAL)
  * on SIGTERM.
  */
 EsrcKafka *
-esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
+esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_id,
 				   EsrcKafkaStatus *status, char *err, size_t errlen)
 {
 	EsrcKafka  *k = new_handle(s);
@@ -500,7 +502,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position,
 	if (*status == ESRC_KAFKA_OK)
 	{
 		if (s->exactly_once)
-			*status = connect_transactional(k, s, position, err, errlen);
+			*status = connect_transactional(k, s, position, position_id, err, errlen);
 		else
 			*status = check_reachable(k, s->brokers, err, errlen);
 	}
@@ -835,7 +837,7 @@ esrc_kafka_start(EsrcKafka *k, EsrcKafkaRecord *recs, int nrecs,
 			strlcpy(err, slot->poison_err, errlen);
 			return status == ESRC_KAFKA_OK ? ESRC_KAFKA_POISON : status;
 		}
-		e = kafka_produce_position(k, p, recs[slot->last].position);
+		e = kafka_produce_position(k, p, recs[slot->last].position, recs[slot->last].id);
 		if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
 			snprintf(err, errlen, "cannot queue the position record: %s", rd_kafka_err2str(e));

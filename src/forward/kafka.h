@@ -94,8 +94,12 @@ extern int	esrc_kafka_parse_properties(const char *props,
 extern bool esrc_kafka_valid_topic_name(const char *name);
 extern const char *esrc_kafka_version(void);
 
+/* the text form of a uuid and its NUL */
+#define ESRC_KAFKA_ID_LEN	40
+
 extern EsrcKafka *esrc_kafka_connect(const EsrcKafkaSettings *settings,
-									 int64 *position, EsrcKafkaStatus *status,
+									 int64 *position, char *position_id,
+									 EsrcKafkaStatus *status,
 									 char *err, size_t errlen);
 extern void esrc_kafka_destroy(EsrcKafka *k);
 extern void esrc_kafka_shutdown(void);

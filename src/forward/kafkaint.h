@@ -159,8 +159,10 @@ extern EsrcKafkaStatus kafka_topic_metadata(EsrcKafka *k, rd_kafka_t *rk,
 /* kafkapos.c */
 extern char *kafka_position_prefix(const char *log_id, const char *database);
 extern EsrcKafkaStatus kafka_read_position(EsrcKafka *k, const char *offsets_topic,
-										   int64 *position, char *err, size_t errlen);
-extern rd_kafka_resp_err_t kafka_produce_position(EsrcKafka *k, int p, int64 position);
+										   int64 *position, char *position_id,
+										   char *err, size_t errlen);
+extern rd_kafka_resp_err_t kafka_produce_position(EsrcKafka *k, int p, int64 position,
+												  const char *id);
 extern void kafka_position_shutdown(void);
 
 #endif							/* ESRC_KAFKAINT_H */

@@ -5,15 +5,19 @@
  *	  and reading the last one back from the offsets topic at connect.
  *
  * The position record (key = the forwarder's client id, value =
- * {"log_id":..,"database":..,"position":N}, real JSON, read back with
- * PostgreSQL's JSON parser) goes to the compacted offsets topic in the
- * same Kafka transaction as the records up to N (kafka.c,
- * esrc_kafka_start).  At connect, after init_transactions() has fenced
+ * {"log_id":..,"database":..,"position":N,"id":"<uuid>"}, real JSON, read
+ * back with PostgreSQL's JSON parser) goes to the compacted offsets topic
+ * in the same Kafka transaction as the records up to N (kafka.c,
+ * esrc_kafka_start).  "id" is the id of the event at position N (0.3.0
+ * on): at connect the worker checks it against the log (fwddiverge.c),
+ * so that a log that lost or replaced that event (a promoted standby that
+ * lagged) is noticed.  At connect, after init_transactions() has fenced
  * any earlier incarnation of the same client id and completed or aborted
  * its open transaction, a read_committed consumer reads the offsets topic
- * to its end to learn N (kafka_read_position).  Only the top-level member
- * "position" counts; a record without exactly one integer there is
- * ignored.
+ * to its end to learn N and its id (kafka_read_position).  Only the
+ * top-level members "position" and "id" count; a record without exactly
+ * one integer "position" is ignored; one without a top-level string "id"
+ * of uuid length (0.2.0 wrote none) is read with an id of "".
  *
  * Exit: the consumer is known to esrc_kafka_shutdown() (through
  * kafka_position_shutdown) from the moment it exists, so a SIGTERM in any
@@ -60,7 +64,8 @@ kafka_position_shutdown(void)
 
 /*
  * The value of a position record up to N: {"log_id":..,"database":..,
- * "position": in the memory context of the caller.
+ * "position": in the memory context of the caller (N and ,"id":".."}
+ * follow, kafka_produce_position).
  */
 char *
 kafka_position_prefix(const char *log_id, const char *database)
@@ -85,9 +90,11 @@ typedef struct PositionParse
 {
 	int			depth;			/* of objects and arrays */
 	bool		want;			/* the next value is the top "position" */
+	bool		want_id;		/* the next value is the top "id" */
 	int			found;
 	bool		bad;
 	int64		position;
+	char		id[ESRC_KAFKA_ID_LEN];	/* "" = none */
 } PositionParse;
 
 static ESRC_JSON_ACTION
@@ -98,6 +105,7 @@ pp_nest_start(void *state)
 	if (pp->want)
 		pp->bad = true;			/* "position" is not a number */
 	pp->want = false;
+	pp->want_id = false;
 	pp->depth++;
 	ESRC_JSON_DONE;
 }
@@ -115,6 +123,7 @@ pp_field(void *state, char *fname, bool isnull)
 	PositionParse *pp = (PositionParse *) state;
 
 	pp->want = (pp->depth == 1 && strcmp(fname, "position") == 0);
+	pp->want_id = (pp->depth == 1 && strcmp(fname, "id") == 0);
 	pfree(fname);				/* ours (jsonapi.h) */
 	ESRC_JSON_DONE;
 }
@@ -127,6 +136,14 @@ pp_scalar(void *state, char *token, JsonTokenType tokentype)
 	char	   *end;
 	long long	v;
 
+	if (pp->want_id)
+	{
+		pp->want_id = false;
+		pp->id[0] = '\0';
+		if (tokentype == JSON_TOKEN_STRING && token != NULL &&
+			strlen(token) == ESRC_KAFKA_ID_LEN - 4)
+			strlcpy(pp->id, token, sizeof(pp->id));
+	}
 	if (!pp->want)
 	{
 		if (token)
@@ -151,11 +168,13 @@ pp_scalar(void *state, char *token, JsonTokenType tokentype)
 }
 
 /*
- * The position of a position record's value; -1 when it has none.  Frees
- * what it allocates: kafka_read_position() reads every record of the topic.
+ * The position of a position record's value; -1 when it has none.  The id
+ * of the event there into id (ESRC_KAFKA_ID_LEN bytes), "" when it has
+ * none.  Frees what it allocates: kafka_read_position() reads every
+ * record of the topic.
  */
 static int64
-parse_position(const char *value, size_t len)
+parse_position(const char *value, size_t len, char *id)
 {
 	char	   *copy;
 	JsonLexContext *lex;
@@ -183,6 +202,7 @@ parse_position(const char *value, size_t len)
 	pfree(copy);
 	if (rc != JSON_SUCCESS || pp.bad || pp.found != 1)
 		return -1;
+	strlcpy(id, pp.id, ESRC_KAFKA_ID_LEN);
 	return pp.position;
 }
 
@@ -201,6 +221,7 @@ typedef struct PositionRead
 	bool	   *done;
 	int			ndone;
 	int64		found;			/* last position under our client id */
+	char		found_id[ESRC_KAFKA_ID_LEN];	/* the id of its event */
 	int64		nrecords;
 } PositionRead;
 
@@ -304,7 +325,8 @@ partition_eof(PositionRead *pr, rd_kafka_message_t *m)
 /*
  * Exactly once: read the offsets topic with a read_committed consumer up
  * to its end and return the last position recorded under our client id
- * (0 when there is none).  "The end" must include every transaction that
+ * (0 when there is none), and the id of the event there into position_id
+ * (ESRC_KAFKA_ID_LEN bytes, "" when there is none).  "The end" must include every transaction that
  * was open when we started: init_transactions() has completed ours, but
  * an open transaction of another producer on the topic holds back what a
  * read_committed consumer sees (its last stable offset).  So we read on
@@ -313,7 +335,7 @@ partition_eof(PositionRead *pr, rd_kafka_message_t *m)
  */
 EsrcKafkaStatus
 kafka_read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
-					char *err, size_t errlen)
+					char *position_id, char *err, size_t errlen)
 {
 	PositionRead pr;
 	EsrcKafkaStatus status;
@@ -373,10 +395,14 @@ kafka_read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 			if (m->key_len == keylen && memcmp(m->key, k->client_id, keylen) == 0 &&
 				m->payload != NULL)
 			{
-				int64		v = parse_position((const char *) m->payload, m->len);
+				char		id[ESRC_KAFKA_ID_LEN];
+				int64		v = parse_position((const char *) m->payload, m->len, id);
 
 				if (v >= 0)
+				{
 					pr.found = v;
+					strlcpy(pr.found_id, id, sizeof(pr.found_id));
+				}
 			}
 		}
 		rd_kafka_message_destroy(m);
@@ -390,6 +416,7 @@ kafka_read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 	if (status == ESRC_KAFKA_OK)
 	{
 		*position = pr.found;
+		strlcpy(position_id, pr.found_id, ESRC_KAFKA_ID_LEN);
 		ereport(DEBUG1,
 				(errmsg("esrc forwarder: read " INT64_FORMAT " records of topic \"%s\" in " INT64_FORMAT " ms",
 						pr.nrecords, offsets_topic, kafka_elapsed_ms(start))));
@@ -397,11 +424,15 @@ kafka_read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 	return status;
 }
 
-/* The position record of exactly-once mode, on producer p. */
+/*
+ * The position record of exactly-once mode, on producer p: up to position,
+ * whose event has the id id (a uuid's text: no character to escape).
+ */
 rd_kafka_resp_err_t
-kafka_produce_position(EsrcKafka *k, int p, int64 position)
+kafka_produce_position(EsrcKafka *k, int p, int64 position, const char *id)
 {
-	char	   *value = psprintf("%s" INT64_FORMAT "}", k->position_prefix, position);
+	char	   *value = psprintf("%s" INT64_FORMAT ",\"id\":\"%s\"}", k->position_prefix,
+								 position, id);
 	rd_kafka_resp_err_t e;
 
 	e = rd_kafka_producev(k->rks[p],

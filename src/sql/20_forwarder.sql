@@ -60,7 +60,8 @@ CREATE FUNCTION esrc.forwarder_worker_status(
     OUT blocked_position bigint,
     OUT blocked_stream text,
     OUT pid int,
-    OUT state_since timestamptz)
+    OUT state_since timestamptz,
+    OUT standby_wait_since timestamptz)
 RETURNS SETOF record
     LANGUAGE c STRICT VOLATILE PARALLEL RESTRICTED ROWS 4
     AS 'MODULE_PATHNAME', 'esrc_forwarder_worker_status';
@@ -95,7 +96,8 @@ CREATE VIEW esrc.forwarder_status AS
            w.blocked_position,
            w.blocked_stream,
            w.pid,
-           w.state_since
+           w.state_since,
+           w.standby_wait_since
       FROM esrc.forwarder_worker_status() w,
            LATERAL (SELECT w.database = pg_catalog.current_database() AS here,
                            esrc.safe_position() AS safe_position) h,
@@ -106,7 +108,7 @@ CREATE VIEW esrc.forwarder_status AS
 COMMENT ON VIEW esrc.forwarder_status IS
     'One row per forwarded database (esrc.databases), from any database, plus one for this database when it is not forwarded: the Kafka forwarder''s state, configuration (never esrc.kafka_properties), progress, events pending and lag in seconds of the oldest pending event (this database''s row only), and its last error.';
 COMMENT ON COLUMN esrc.forwarder_status.state IS
-    'stopped, starting, idle (no brokers), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), no extension (esrc is not installed in that database), no database (a listed database that does not exist), or inactive (this database is not forwarded).';
+    'stopped, starting, idle (no brokers), connecting, running, paused, disconnected (Kafka unreachable, retrying), error (refused configuration or fatal producer error, retrying), blocked (a poison record, see blocked_position), waiting for standby (a standby of esrc.forwarder_standbys has not flushed the next batch''s WAL, see last_error), diverged (Kafka''s position record does not match the log, see last_error and esrc.forwarder_accept_divergence()), no extension (esrc is not installed in that database), no database (a listed database that does not exist), or inactive (this database is not forwarded).';
 COMMENT ON COLUMN esrc.forwarder_status.last_position IS
     'Last forwarded position: the worker''s own when one runs, else (this database''s row) esrc.forwarder_state.position.';
 COMMENT ON COLUMN esrc.forwarder_status.events_pending IS
@@ -117,6 +119,8 @@ COMMENT ON COLUMN esrc.forwarder_status.delivered_total IS
     'Records Kafka acknowledged since the server started.';
 COMMENT ON COLUMN esrc.forwarder_status.blocked_position IS
     'Position of the event Kafka refuses (state blocked); see esrc.forwarder_skip().';
+COMMENT ON COLUMN esrc.forwarder_status.standby_wait_since IS
+    'Since when the worker waits for a standby of esrc.forwarder_standbys to flush the WAL of the next batch; null when it does not wait.';
 GRANT SELECT ON esrc.forwarder_status TO esrc_reader;
 
 CREATE FUNCTION esrc.forwarder_pause() RETURNS void
@@ -173,3 +177,102 @@ REVOKE ALL ON FUNCTION esrc.forwarder_worker_status(),
                        esrc.forwarder_skip(bigint, text)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.forwarder_worker_status() TO esrc_reader;
+
+------------------------------------------------------------------------
+-- Divergence of Kafka from the log (src/forward/fwddiverge.c,
+-- docs/forwarder.md "Divergence")
+------------------------------------------------------------------------
+
+-- What the worker found at connect when Kafka's last position record did
+-- not match the log (a standby promoted after asynchronous replication
+-- lost events Kafka has), and the operator's decision.
+CREATE TABLE esrc.forwarder_divergences (
+    divergence_id     bigint      GENERATED ALWAYS AS IDENTITY,
+    detected_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    kafka_position    bigint      NOT NULL,
+    kafka_event_id    uuid,
+    log_event_id      uuid,
+    log_end           bigint      NOT NULL,
+    accepted_position bigint,
+    reason            text,
+    accepted_by       name,
+    accepted_at       timestamptz,
+    CONSTRAINT forwarder_divergences_pkey PRIMARY KEY (divergence_id)
+);
+COMMENT ON TABLE esrc.forwarder_divergences IS
+    'Divergences of the Kafka forwarder''s position record from the log, written by the worker when it stops (state diverged), and the operator''s decision, written by esrc.forwarder_accept_divergence().';
+COMMENT ON COLUMN esrc.forwarder_divergences.kafka_position IS
+    'Position of Kafka''s last position record.';
+COMMENT ON COLUMN esrc.forwarder_divergences.kafka_event_id IS
+    'Id of the event at that position as Kafka''s position record names it; null for a record written by esrc 0.2.0, which has no id.';
+COMMENT ON COLUMN esrc.forwarder_divergences.log_event_id IS
+    'Id of the log''s event at kafka_position when the divergence was found; null when the log had none there.';
+COMMENT ON COLUMN esrc.forwarder_divergences.log_end IS
+    'Position of the log''s last committed event (up to its horizon) when the divergence was found.';
+COMMENT ON COLUMN esrc.forwarder_divergences.accepted_position IS
+    'The operator''s decision: the worker sends the events after this position; null until esrc.forwarder_accept_divergence().';
+REVOKE ALL ON esrc.forwarder_divergences FROM PUBLIC;
+GRANT SELECT ON esrc.forwarder_divergences TO esrc_reader;
+
+CREATE FUNCTION esrc.forwarder_accept_divergence(after_position bigint, reason text,
+                                                 database name DEFAULT pg_catalog.current_database())
+RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $accept$
+DECLARE
+    v_horizon bigint;
+    v_id bigint;
+BEGIN
+    IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                      WHERE r.rolname OPERATOR(pg_catalog.=) current_user), false) THEN
+        RAISE EXCEPTION 'permission denied for function esrc.forwarder_accept_divergence()'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Only a superuser may decide what the Kafka forwarder sends after a divergence.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute esrc.forwarder_accept_divergence() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    IF forwarder_accept_divergence.after_position IS NULL
+       OR forwarder_accept_divergence.after_position OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION 'after_position must be a position, 0 or more'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF forwarder_accept_divergence.database IS DISTINCT FROM pg_catalog.current_database() THEN
+        RAISE EXCEPTION 'esrc.forwarder_accept_divergence() decides for the database it runs in, not for database "%"',
+                        forwarder_accept_divergence.database
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = pg_catalog.format('Connect to database %I and run it there.', forwarder_accept_divergence.database);
+    END IF;
+    v_horizon := esrc.safe_position();
+    IF forwarder_accept_divergence.after_position OPERATOR(pg_catalog.>) v_horizon THEN
+        RAISE EXCEPTION 'position % is above the log''s horizon %', forwarder_accept_divergence.after_position, v_horizon
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The forwarder can only continue after a position the log has committed.';
+    END IF;
+    SELECT d.divergence_id INTO v_id
+      FROM esrc.forwarder_divergences d
+     WHERE d.accepted_position IS NULL
+     ORDER BY d.divergence_id DESC
+     LIMIT 1
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the Kafka forwarder has not reported a divergence in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'esrc.forwarder_status shows state diverged when it has; esrc.forwarder_divergences lists what it found.';
+    END IF;
+    UPDATE esrc.forwarder_divergences d
+       SET accepted_position = forwarder_accept_divergence.after_position,
+           reason = forwarder_accept_divergence.reason,
+           accepted_by = current_user,
+           accepted_at = pg_catalog.now()
+     WHERE d.divergence_id OPERATOR(pg_catalog.=) v_id;
+    UPDATE esrc.forwarder_state
+       SET position = forwarder_accept_divergence.after_position,
+           updated_at = pg_catalog.now();
+END
+$accept$;
+COMMENT ON FUNCTION esrc.forwarder_accept_divergence(bigint, text, name) IS
+    'The operator''s way out of state diverged (superuser): records the decision in esrc.forwarder_divergences and lets the Kafka forwarder of this database send the events after after_position (at most the log''s horizon); see docs/forwarder.md "Divergence".';
+REVOKE ALL ON FUNCTION esrc.forwarder_accept_divergence(bigint, text, name) FROM PUBLIC;

@@ -32,7 +32,7 @@ CREATE VIEW esrc.metrics AS
     -- the one place that reads esrc.forwarder_status: this database's row,
     -- when the forwarder serves it
     f AS (
-        SELECT s.events_pending, s.lag_seconds
+        SELECT s.events_pending, s.lag_seconds, s.state, s.standby_wait_since
           FROM esrc.forwarder_status s
          WHERE s.database = pg_catalog.current_database()
            AND s.state <> 'inactive')
@@ -61,7 +61,12 @@ CREATE VIEW esrc.metrics AS
         ('esrc_forwarder_pending_events', f.events_pending::double precision,
          'Committed events the forwarder has not delivered yet.'),
         ('esrc_forwarder_lag_seconds', coalesce(f.lag_seconds, 0)::double precision,
-         'Seconds since the oldest pending event was recorded; 0 when nothing is pending.')
+         'Seconds since the oldest pending event was recorded; 0 when nothing is pending.'),
+        ('esrc_forwarder_standby_wait_seconds',
+         coalesce(greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - f.standby_wait_since)), 0)::double precision,
+         'Seconds the forwarder has been waiting for a standby of esrc.forwarder_standbys to flush the next batch''s WAL; 0 when it does not wait.'),
+        ('esrc_forwarder_diverged', CASE WHEN f.state = 'diverged' THEN 1 ELSE 0 END::double precision,
+         '1 while the forwarder sends nothing because Kafka''s position record does not match the log (state diverged), else 0.')
       ) v(name, value, help);
 COMMENT ON VIEW esrc.metrics IS
     'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started and the forwarder''s gauges (only where the forwarder serves this database).';

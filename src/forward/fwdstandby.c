@@ -1,0 +1,342 @@
+/*-------------------------------------------------------------------------
+ *
+ * fwdstandby.c
+ *	  esrc.forwarder_standbys: the forwarder sends a batch only once every
+ *	  listed standby has flushed the WAL of the batch's commits.  The
+ *	  setting (its check hook and parsed list), reading the listed
+ *	  physical replication slots from shared memory, and the worker's wait.
+ *
+ * Why: with asynchronous replication a promoted standby may lack events
+ * the old primary committed, flushed and forwarded; Kafka would then hold
+ * events ("phantoms") that the new primary's log does not, and the new
+ * primary would hand out their positions again.  The worker already
+ * flushes the WAL of a batch's commit records before it sends
+ * (fwdread.c, flush_to); with this setting it also waits until each
+ * listed standby has that WAL, so a standby from the list, once promoted,
+ * has every event that Kafka has.  Appends never wait: only the
+ * forwarder does.
+ *
+ * What "has flushed" means: a physical replication slot's restart_lsn,
+ * which the walsender advances to the flush position the standby reports
+ * (PhysicalConfirmReceivedLocation), read from ReplicationSlotCtl under
+ * ReplicationSlotControlLock and the slot's spinlock, as PostgreSQL 17's
+ * synchronized_standby_slots does (StandbySlotsHaveCaughtup); never by
+ * querying a view.  Patroni creates one physical slot per member, named
+ * after it.
+ *
+ * The wait: on 17 and later the walsenders broadcast
+ * WalSndCtl->wal_confirm_rcv_cv when a physical slot advances that is
+ * listed in synchronized_standby_slots, and the worker sleeps on that
+ * condition variable; on 15 and 16 (and for slots not in
+ * synchronized_standby_slots) it sleeps on its latch with a short
+ * timeout, from STANDBY_WAIT_MIN_MS doubling to STANDBY_WAIT_MAX_MS, and
+ * reads the slots again (compat.h has the difference).
+ *
+ * Validation: a list that is not a list of valid slot names is refused
+ * by the check hook (any process, at reload too).  Where a slot can be
+ * looked up at all (shared memory attached, in a transaction of a
+ * backend: ALTER SYSTEM), a missing or logical slot is refused too, as
+ * PostgreSQL 17's validate_sync_standby_slots does.  A reload of the
+ * configuration file is not checked against the slots (the postmaster
+ * cannot, and processes must agree on the value): there, and whenever a
+ * slot disappears later, the worker waits with state "waiting for
+ * standby" and a last_error that names the slot and why.
+ *
+ * Talks to: forwarder.c (fwd_wait_standbys before a batch goes out,
+ * fwd_standbys_caught_up before the next batch is started early),
+ * fwdconf.c (registers the GUC), fwdstatus.c (the state and the wait's
+ * start in the status), compat.h (the wait).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "replication/slot.h"
+#include "storage/lwlock.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "base/base.h"
+#include "forwarder.h"
+
+/* the latch waits of 15/16 (and of slots without the condition variable) */
+#define STANDBY_WAIT_MIN_MS 1
+#define STANDBY_WAIT_MAX_MS 100
+/* a wait this long shows as state "waiting for standby" */
+#define STANDBY_STATE_AFTER_MS 1000
+
+char	   *esrc_forwarder_standbys = NULL;
+
+/* The parsed list: the GUC's "extra", malloc'd by the check hook. */
+typedef struct StandbyList
+{
+	int			n;
+	NameData	names[FLEXIBLE_ARRAY_MEMBER];
+} StandbyList;
+
+static StandbyList *standbys = NULL;
+
+/* a name PostgreSQL accepts for a replication slot (ReplicationSlotValidateName) */
+static bool
+valid_slot_name(const char *name)
+{
+	const char *c;
+
+	if (name[0] == '\0' || strlen(name) >= NAMEDATALEN)
+		return false;
+	for (c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+			return false;
+	return true;
+}
+
+/*
+ * Where a slot can be looked up: a backend in a transaction (ALTER
+ * SYSTEM) with shared memory attached.  Not the postmaster, and not a
+ * reload of the configuration file (see the header).
+ */
+static bool
+can_look_up_slots(void)
+{
+	return IsUnderPostmaster && MyProc != NULL && IsTransactionState() &&
+		ReplicationSlotCtl != NULL && max_replication_slots > 0;
+}
+
+static bool
+check_standbys(char **newval, void **extra, GucSource source)
+{
+	char	   *raw = pstrdup(*newval);
+	List	   *names;
+	ListCell   *lc;
+	StandbyList *list;
+	int			i = 0;
+
+	if (!SplitIdentifierString(raw, ',', &names))
+	{
+		GUC_check_errdetail("List syntax is invalid.");
+		return false;
+	}
+	foreach(lc, names)
+	{
+		const char *name = (const char *) lfirst(lc);
+
+		if (!valid_slot_name(name))
+		{
+			GUC_check_errdetail("\"%s\" is not a valid replication slot name: it must be 1 to %d lower case letters, digits and underscores.",
+								name, NAMEDATALEN - 1);
+			return false;
+		}
+	}
+	if (can_look_up_slots())
+	{
+		foreach(lc, names)
+		{
+			const char *name = (const char *) lfirst(lc);
+			ReplicationSlot *s;
+			bool		logical = false;
+
+			LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+			s = SearchNamedReplicationSlot(name, false);
+			if (s != NULL)
+				logical = SlotIsLogical(s);
+			LWLockRelease(ReplicationSlotControlLock);
+			if (s == NULL)
+			{
+				GUC_check_errdetail("Replication slot \"%s\" does not exist.", name);
+				GUC_check_errhint("List the physical replication slots of the standbys (pg_replication_slots, slot_type physical); Patroni names them after its members.");
+				return false;
+			}
+			if (logical)
+			{
+				GUC_check_errdetail("\"%s\" is a logical replication slot: only physical slots say what a standby has flushed.", name);
+				return false;
+			}
+		}
+	}
+
+	list = malloc(offsetof(StandbyList, names) + sizeof(NameData) * Max(list_length(names), 1));
+	if (list == NULL)
+		return false;
+	list->n = list_length(names);
+	foreach(lc, names)
+		namestrcpy(&list->names[i++], (const char *) lfirst(lc));
+	*extra = list;
+	list_free(names);
+	pfree(raw);
+	return true;
+}
+
+static void
+assign_standbys(const char *newval, void *extra)
+{
+	standbys = (StandbyList *) extra;
+}
+
+/* fwdconf.c, from esrc_forwarder_init */
+void
+fwd_define_standbys_guc(void)
+{
+	DefineCustomStringVariable("esrc.forwarder_standbys",
+							   "Physical replication slots of the standbys that must have flushed a batch's WAL before the forwarder sends it (names separated by commas).",
+							   "Empty: the forwarder does not wait for standbys. A listed standby that is down stops forwarding, never appends.",
+							   &esrc_forwarder_standbys,
+							   "",
+							   PGC_SIGHUP, GUC_LIST_INPUT | GUC_SUPERUSER_ONLY,
+							   check_standbys, assign_standbys, NULL);
+}
+
+bool
+fwd_standbys_configured(void)
+{
+	return standbys != NULL && standbys->n > 0;
+}
+
+/*
+ * Has every listed slot flushed up to lsn?  When not, why (the first slot
+ * that has not) into why, which has ESRC_FWD_ERROR_LEN bytes; *broken
+ * tells a slot that cannot catch up as it is (missing, logical, never
+ * reported) from one that is behind.
+ */
+static bool
+slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
+{
+	int			i;
+
+	*broken = false;
+	if (!fwd_standbys_configured())
+		return true;
+	if (ReplicationSlotCtl == NULL || max_replication_slots == 0)
+	{
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "esrc.forwarder_standbys lists replication slots but max_replication_slots is 0");
+		*broken = true;
+		return false;
+	}
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (i = 0; i < standbys->n; i++)
+	{
+		const char *name = NameStr(standbys->names[i]);
+		ReplicationSlot *s = SearchNamedReplicationSlot(name, false);
+		XLogRecPtr	restart_lsn;
+		pid_t		active_pid;
+
+		if (s == NULL)
+		{
+			snprintf(why, ESRC_FWD_ERROR_LEN,
+					 "standby slot \"%s\" of esrc.forwarder_standbys does not exist", name);
+			*broken = true;
+			break;
+		}
+		if (SlotIsLogical(s))
+		{
+			snprintf(why, ESRC_FWD_ERROR_LEN,
+					 "standby slot \"%s\" of esrc.forwarder_standbys is a logical slot, not a standby's physical slot",
+					 name);
+			*broken = true;
+			break;
+		}
+		SpinLockAcquire(&s->mutex);
+		restart_lsn = s->data.restart_lsn;
+		active_pid = s->active_pid;
+		SpinLockRelease(&s->mutex);
+		if (XLogRecPtrIsInvalid(restart_lsn))
+		{
+			snprintf(why, ESRC_FWD_ERROR_LEN,
+					 "standby slot \"%s\" of esrc.forwarder_standbys has no flushed position (never used by a standby, or invalidated)%s",
+					 name, active_pid == 0 ? "; it is inactive" : "");
+			*broken = true;
+			break;
+		}
+		if (restart_lsn < lsn)
+		{
+			snprintf(why, ESRC_FWD_ERROR_LEN,
+					 "standby slot \"%s\" of esrc.forwarder_standbys is %s and " UINT64_FORMAT " bytes behind the WAL of the next batch (flushed %X/%X, needed %X/%X)",
+					 name, active_pid == 0 ? "inactive (no standby connected)" : "active",
+					 (uint64) (lsn - restart_lsn),
+					 LSN_FORMAT_ARGS(restart_lsn), LSN_FORMAT_ARGS(lsn));
+			break;
+		}
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return i == standbys->n;
+}
+
+/* Before starting a batch early (forwarder.c, start_next): no waiting. */
+bool
+fwd_standbys_caught_up(XLogRecPtr lsn)
+{
+	char		why[ESRC_FWD_ERROR_LEN];
+	bool		broken;
+
+	return slots_flushed(lsn, why, &broken);
+}
+
+/*
+ * Wait until every listed standby has flushed up to lsn: true then.
+ * false when the worker should not send now (paused, or serve() asked
+ * for a new turn: a reload); the batch is read again later.  serve() is
+ * called between waits: it serves Kafka's callbacks and reloads.
+ */
+bool
+fwd_wait_standbys(XLogRecPtr lsn, bool (*serve) (void))
+{
+	TimestampTz start = 0;
+	long		sleep_ms = STANDBY_WAIT_MIN_MS;
+	bool		shown = false;
+	bool		ok = true;
+	char		why[ESRC_FWD_ERROR_LEN];
+	char		shown_why[ESRC_FWD_ERROR_LEN];
+	EsrcForwarderState before = fwd_get_state();
+
+	if (!fwd_standbys_configured() || XLogRecPtrIsInvalid(lsn))
+		return true;
+	shown_why[0] = '\0';
+	for (;;)
+	{
+		bool		broken;
+		bool		done;
+
+		esrc_standby_wait_prepare();
+		done = slots_flushed(lsn, why, &broken);
+		if (done)
+			break;
+		if (start == 0)
+			start = GetCurrentTimestamp();
+		if ((broken || TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
+												  STANDBY_STATE_AFTER_MS)) &&
+			strcmp(why, shown_why) != 0)
+		{
+			/* the first time, or the reason changed: show it */
+			fwd_report_standby_wait(why, start, !shown);
+			strlcpy(shown_why, why, sizeof(shown_why));
+			shown = true;
+		}
+		esrc_standby_wait_sleep(sleep_ms, PG_WAIT_EXTENSION);
+		sleep_ms = Min(sleep_ms * 2, STANDBY_WAIT_MAX_MS);
+		CHECK_FOR_INTERRUPTS();
+		if (!serve() || fwd_paused())
+		{
+			ok = false;
+			break;
+		}
+		if (!fwd_standbys_configured())
+			break;
+	}
+	esrc_standby_wait_done();
+	if (shown)
+	{
+		fwd_report_standby_wait(NULL, 0, false);
+		if (ok)
+		{
+			ereport(LOG,
+					(errmsg("esrc forwarder: the standbys of esrc.forwarder_standbys have caught up, forwarding continues")));
+			fwd_set_state(before == FWD_WAITING_STANDBY ? FWD_RUNNING : before, NULL);
+		}
+	}
+	return ok;
+}

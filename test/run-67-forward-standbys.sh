@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# esrc.forwarder_standbys (issue 27, item 1): the forwarder sends a batch
+# only once every listed standby's physical slot has flushed the WAL of
+# the batch's commits; appends never wait.
+#   1. a primary, a streaming standby on physical slot standby1, the
+#      setting = standby1: events reach Kafka;
+#   2. the standby stopped: appends go on, nothing more reaches Kafka,
+#      state "waiting for standby" naming the slot, the wait metric moves;
+#   3. the standby started again: everything arrives, exactly once;
+#   4. the setting (reloaded from a file) names a slot that does not
+#      exist, then a logical slot: the worker waits, last_error says which
+#      and why;
+#   5. the setting emptied: today's behaviour, everything arrives.
+# Finally the whole log against Kafka: exactly once, in order.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ESRC_ROOT/test/forward/common.sh"
+fwd_under_reaper "$@"
+
+dir=$(test_tmpdir fwd-standbys)
+sdir=$dir/standby
+trap 'pg_stop "$sdir" immediate; fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+status=0
+
+fwd_start_kafka "$dir/kafka"
+fwd_start_pg "$dir/pg" "wal_level = logical" "include_if_exists = 'standbys.conf'"
+fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
+fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
+
+# the standby: a base backup streaming through physical slot standby1
+fwd_sql "SELECT pg_create_physical_replication_slot('standby1')" >/dev/null
+mkdir -p "$sdir"
+chmod 755 "$sdir"
+[ "$(id -u)" = 0 ] && chown "$ESRC_TEST_USER" "$sdir"
+sport=$(free_port)
+as_test_user "$PG_BINDIR/pg_basebackup" -h 127.0.0.1 -p "$FWD_PORT" -U postgres \
+    -D "$sdir/data" -R -S standby1 -X stream >/dev/null
+printf "port = %s\nunix_socket_directories = '%s'\n" "$sport" "$sdir" |
+    as_test_user tee -a "$sdir/data/postgresql.conf" >/dev/null
+standby_start() {
+    as_test_user "$PG_BINDIR/pg_ctl" -D "$sdir/data" -l "$sdir/server.log" -w -t 60 start >/dev/null \
+        || { tail -20 "$sdir/server.log"; die "the standby did not start"; }
+}
+standby_start
+
+# the setting, from a file the primary includes (a reload of the file is
+# not checked against the slots: the worker reports what is wrong)
+set_standbys() {
+    echo "esrc.forwarder_standbys = '$1'" | as_test_user tee "$dir/pg/data/standbys.conf" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    local deadline=$((SECONDS + 10))
+    until [ "$(fwd_sql "SHOW esrc.forwarder_standbys")" = "$1" ]; do
+        [ $SECONDS -lt $deadline ] || die "the setting was not reloaded"
+        sleep 0.1
+    done
+}
+append() { # STREAM N
+    fwd_sql "SELECT esrc.append('$1', 'Noted', jsonb_build_object('n', g)) FROM generate_series(1, $2) g" >/dev/null
+}
+last_forwarded() { fwd_sql "SELECT last_position FROM esrc.forwarder_status"; }
+kafka_count() { # one read_committed read of the data topics
+    # shellcheck disable=SC2046
+    "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $(fwd_topics) | wc -l
+}
+metric() { fwd_sql "SELECT value FROM esrc.metrics WHERE name = '$1'"; }
+
+log "1. setting = standby1, the standby streaming: events reach Kafka"
+set_standbys standby1
+append ok-1 20
+fwd_wait_forwarded 60 || status=1
+expect "the standby's slot is active" \
+    test "$(fwd_sql "SELECT active FROM pg_replication_slots WHERE slot_name = 'standby1'")" = t
+expect "state running while the standby keeps up" test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = running
+expect "no wait shown while the standby keeps up" test "$(metric esrc_forwarder_standby_wait_seconds)" = 0
+
+log "2. the standby stopped: appends go on, nothing more reaches Kafka"
+pg_stop "$sdir" fast
+before=$(last_forwarded)
+in_kafka=$(kafka_count)
+append down-1 10
+expect "the appends went on" test "$(fwd_sql "SELECT count(*) FROM esrc.events WHERE stream = 'down-1'")" = 10
+fwd_wait_state "waiting for standby" 30 || status=1
+err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
+log "   last_error: $err"
+expect "last_error names the slot, inactive, and how far behind" \
+    grep -q 'standby slot "standby1".*inactive.*bytes behind' <<<"$err"
+deadline=$((SECONDS + 20))
+until awk "BEGIN { exit !($(metric esrc_forwarder_standby_wait_seconds) > 0) }"; do
+    [ $SECONDS -lt $deadline ] || break
+    sleep 0.2
+done
+expect "esrc_forwarder_standby_wait_seconds moves" \
+    awk "BEGIN { exit !($(metric esrc_forwarder_standby_wait_seconds) > 0) }"
+expect "standby_wait_since is shown" \
+    test "$(fwd_sql "SELECT standby_wait_since IS NOT NULL FROM esrc.forwarder_status")" = t
+expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
+expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+
+log "3. the standby back: everything arrives"
+standby_start
+fwd_wait_forwarded 60 || status=1
+expect "state running again" test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = running
+expect "the wait is over" test "$(metric esrc_forwarder_standby_wait_seconds)" = 0
+
+log "4. a slot that does not exist, then a logical slot: the worker waits and says why"
+set_standbys "standby1, nosuchslot"
+append missing-1 1
+fwd_wait_state "waiting for standby" 30 || status=1
+err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
+log "   last_error: $err"
+expect "last_error: the slot does not exist" grep -q 'slot "nosuchslot".*does not exist' <<<"$err"
+fwd_sql "SELECT pg_create_logical_replication_slot('logical1', 'test_decoding')" >/dev/null
+set_standbys "logical1"
+deadline=$((SECONDS + 20))
+until grep -q 'slot "logical1".*logical' <<<"$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")"; do
+    [ $SECONDS -lt $deadline ] || break
+    sleep 0.2
+done
+err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
+log "   last_error: $err"
+expect "last_error: a logical slot" grep -q 'slot "logical1".*logical slot' <<<"$err"
+expect "still waiting" test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = "waiting for standby"
+fwd_sql "SELECT pg_drop_replication_slot('logical1')" >/dev/null
+
+log "5. the setting emptied: forwarding as without it"
+set_standbys ""
+append empty-1 5
+fwd_wait_forwarded 60 || status=1
+
+log "6. the whole log against Kafka"
+fwd_dump_events "$dir/events.json"
+fwd_consume "$dir/kafka.json"
+fwd_check "$dir/events.json" "$dir/kafka.json" || status=1
+
+[ "$status" = 0 ] && log "PASS" || log "FAIL"
+exit "$status"
