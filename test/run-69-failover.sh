@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Failover drills with the real tools (issue 27, item 4): Patroni 3 and
 # etcd 3.4 from Debian on loopback, two nodes with esrc preloaded, a real
-# Kafka broker, the forwarder on both nodes.  Per mode one cluster and 3
-# failovers, chained (the leader alternates); in each drill 4 writers
+# Kafka broker, the forwarder on both nodes.  One cluster for all modes,
+# switched by patronictl; 3 failovers per mode, chained (the leader
+# alternates); in each drill 4 writers
 # (test/ha/load.py: libpq multi-host target_session_attrs=read-write,
 # retrying the same event id after a disconnect), a subscription consumer
 # and a projection run while the leader's postmaster is killed with
@@ -26,7 +27,8 @@
 #
 # Runs on PostgreSQL 15 only (not in test/matrix).  ESRC_HA_MODES picks
 # modes (default "sync standbys lag"), ESRC_HA_DRILLS the failovers per
-# mode (default 3).
+# mode (default 3); ESRC_HA_UNGUARDED=1 runs the standbys drill without
+# the setting (its assertions must then fail).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -53,12 +55,27 @@ t_start=$SECONDS
 # 1 and 2); without it the asynchronous drills only report what they see
 has_standbys=no
 grep -q forwarder_standbys "$ESRC_ROOT"/src/forward/*.c 2>/dev/null && has_standbys=yes
+# ESRC_HA_UNGUARDED=1: the standbys drill without the setting but with
+# its assertions (to see them fail: phantoms and skipped events)
+standbys_set=$has_standbys
+[ -z "${ESRC_HA_UNGUARDED:-}" ] || standbys_set=no
 has_diverged=no
 grep -q forwarder_accept_divergence "$ESRC_ROOT"/src/sql/*.sql 2>/dev/null && has_diverged=yes
 
-KAFKA_NUM_PARTITIONS=2 fwd_start_kafka "$dir/kafka"
+# the broker starts (15 s and more) while the cluster bootstraps; the
+# forwarder retries until it answers
+FWD_KDIR=$dir/kafka
+kport=$("$FWD_KAFKA/broker.sh" freeport)
+FWD_BROKER=127.0.0.1:$kport
+KAFKA_NUM_PARTITIONS=2 "$FWD_KAFKA/broker.sh" start "$FWD_KDIR" "$kport" >"$dir/broker.out" 2>&1 &
+kafka_starter=$!
 ha_start_etcd "$dir/etcd"
 log "etcd on $HA_ETCD, Kafka on $FWD_BROKER; esrc.forwarder_standbys: $has_standbys, divergence check: $has_diverged"
+first_sync=false
+[ "${modes%% *}" = sync ] && first_sync=true
+ha_cluster_start "$dir/cluster" drill "$first_sync" no
+wait "$kafka_starter" || { cat "$dir/broker.out"; die "broker did not start"; }
+log "cluster and broker up ($((SECONDS - t_start)) s)"
 
 acked_count() { cat "$dir/$mode"/acked.* 2>/dev/null | wc -l; }
 
@@ -95,19 +112,13 @@ wait_caught_up() {
     done
 }
 
-# the standbys setting on both nodes (each names the other's slot), by
-# patronictl reload
-apply_standbys() {
-    local n
-    for n in 1 2; do
-        ha_node_config $n "$mode" false yes >"$HA_DIR/node$n.yml"
-    done
-    patronictl -c "$HA_DIR/node1.yml" reload "$mode" --force >/dev/null 2>&1 || true
-}
-
 drill() { # MODE I
     local i=$2 old=$HA_LEADER other=$(( 3 - HA_LEADER )) ws t0 t1 pm counts
     rm -f "$dir/$mode/stop"
+    # the old leader's rewind starts at its last checkpoint before the
+    # timelines fork (pg_rewind copies what changed since): a checkpoint
+    # per drill, as checkpoint_timeout would make on a longer run
+    leader_sql "CHECKPOINT"
     [ "$mode" = sync ] && { ha_wait_sync "$other" 30 || return 1; }
     "$PY" "$HA_HERE/load.py" \
         "host=127.0.0.1,127.0.0.1 port=${HA_PORT[1]},${HA_PORT[2]} dbname=$HA_DB user=postgres target_session_attrs=read-write" \
@@ -123,7 +134,7 @@ drill() { # MODE I
         local stopped_at
         stopped_at=$(leader_sql "SELECT max(position) FROM esrc.events")
         wait_acked 300 30 || return 1
-        if [ "$mode" = standbys ] && [ "$has_standbys" = yes ]; then
+        if [ "$mode" = standbys ] && [ "$standbys_set" = yes ]; then
             wait_state "waiting for standby" 20 || return 1
             log "   forwarder: $(leader_sql "SELECT state || ', last position ' || last_position FROM esrc.forwarder_status WHERE database = current_database()")"
         else
@@ -147,6 +158,7 @@ drill() { # MODE I
     wait_acked 200 60 || return 1
     ha_wait_streaming "$old" 90 || return 1
     [ "$mode" = sync ] && { ha_wait_sync "$old" 30 || return 1; }
+    rejoin_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     rewinds=$(cat "$HA_DIR"/node?/patroni.log | grep -c "pg_rewind exit code=0" || true)
     touch "$dir/$mode/stop"
     local deadline=$((SECONDS + 30))
@@ -156,7 +168,6 @@ drill() { # MODE I
     done
     wait "$load_pid" || { cat "$dir/$mode/load.$i.log" >&2; load_pid=; return 1; }
     load_pid=
-    [ "$mode" = standbys ] && [ "$has_standbys" = yes ] && apply_standbys
 
     if [ "$mode" = lag ] && [ "$has_diverged" = yes ]; then
         wait_state diverged 30 || return 1
@@ -166,7 +177,7 @@ drill() { # MODE I
         expect "drill $mode $i: the new leader's forwarder is diverged and names both sides" \
             eval '[[ "$row" == *Kafka* ]]'
         expect "drill $mode $i: metric esrc_forwarder_diverged is 1" \
-            test "$(leader_sql "SELECT value FROM esrc.metrics WHERE name = 'esrc_forwarder_diverged' AND labels->>'database' = current_database()")" = 1
+            test "$(leader_sql "SELECT value FROM esrc.metrics WHERE name = 'esrc_forwarder_diverged'")" = 1
         expect "drill $mode $i: the new leader sent nothing" \
             test "$(leader_sql "SELECT delivered_total FROM esrc.forwarder_status WHERE database = current_database()")" = 0
     elif [ "$mode" = lag ]; then
@@ -181,16 +192,17 @@ drill() { # MODE I
     leader_sql "SELECT position, id FROM drill_consumed" | tr '|' ' ' >"$dir/$mode/consumed"
     leader_sql "SELECT position, id FROM drill_projected" | tr '|' ' ' >"$dir/$mode/projected"
     local topics
-    topics=$(fwd_topics | grep "^$mode\." | grep -v "\.offsets\$")
+    topics=$(fwd_topics | grep "^drill\." | grep -v "\.offsets\$")
     # shellcheck disable=SC2086
     FWD_BROKER=$FWD_BROKER "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $topics >"$dir/$mode/kafka.jsonl"
     counts=$(python3 "$HA_HERE/check.py" "$dir/$mode/events" "$dir/$mode/kafka.jsonl" \
         "$dir/$mode/consumed" "$dir/$mode/projected" "$dir/$mode"/acked.*)
-    log "   drill $mode $i: promote_ms=$promote_ms rewinds_so_far=$rewinds $counts"
+    log "   drill $mode $i: promote_ms=$promote_ms rejoin_ms=$rejoin_ms rewinds_so_far=$rewinds $counts"
     eval "$(echo "$counts" | sed 's/\([a-z_]*\)=\([0-9]*\)/c_\1=\2;/g')"
     # shellcheck disable=SC2154
     {
         sum_promote=$((sum_promote + promote_ms)); max_promote=$(( promote_ms > max_promote ? promote_ms : max_promote ))
+        sum_rejoin=$((sum_rejoin + rejoin_ms))
         last_acked=$c_acked; last_lost=$c_lost; last_phantoms=$c_phantoms; last_skipped=$c_skipped
         last_dups=$c_duplicates
     }
@@ -216,8 +228,11 @@ drill() { # MODE I
         ;;
     lag)
         if [ "$has_diverged" = yes ]; then
-            # go on: the operator accepts the divergence after the log's end
-            leader_sql "SELECT esrc.forwarder_accept_divergence((SELECT max(position) FROM esrc.events), 'failover drill $i')" >/dev/null
+            # go on: the operator accepts the divergence, sending the new
+            # leader's events after the log's end when it was found
+            leader_sql "SELECT esrc.forwarder_accept_divergence(log_end, 'failover drill $i')
+                        FROM esrc.forwarder_divergences WHERE accepted_position IS NULL
+                        ORDER BY divergence_id DESC LIMIT 1" >/dev/null
             wait_state running 30 || return 1
         fi
         ;;
@@ -225,16 +240,42 @@ drill() { # MODE I
     return 0
 }
 
+# set_mode MODE: Patroni's synchronous_mode (dynamic, in etcd) and
+# esrc.forwarder_standbys (each node's patroni.yml, patronictl reload)
+set_mode() {
+    local sync=false standbys=no n want deadline=$((SECONDS + 30))
+    [ "$1" = sync ] && sync=true
+    [ "$1" = standbys ] && [ "$standbys_set" = yes ] && standbys=yes
+    patronictl -c "$HA_DIR/node1.yml" edit-config drill -s "synchronous_mode=$sync" --force >/dev/null
+    for n in 1 2; do
+        ha_node_config $n drill "$first_sync" "$standbys" >"$HA_DIR/node$n.yml"
+    done
+    patronictl -c "$HA_DIR/node1.yml" reload drill --force >/dev/null
+    for n in 1 2; do
+        want=
+        [ "$standbys" = yes ] && want=node$(( 3 - n ))
+        until [ "$(ha_sql $n "SELECT current_setting('esrc.forwarder_standbys', true)" 2>/dev/null)" = "$want" ]; do
+            [ $SECONDS -lt $deadline ] || { log "node$n: esrc.forwarder_standbys is not '$want'"; return 1; }
+            sleep 0.2
+        done
+    done
+    if [ "$sync" = true ]; then
+        ha_wait_sync $(( 3 - HA_LEADER )) 30
+    else
+        until [ "$(ha_sql "$HA_LEADER" "SHOW synchronous_standby_names")" = "" ]; do
+            [ $SECONDS -lt $deadline ] || { log "synchronous_standby_names is still set"; return 1; }
+            sleep 0.2
+        done
+    fi
+}
+
 declare -A summary
 for mode in $modes; do
     t_mode=$SECONDS
-    sync=false
-    [ "$mode" = sync ] && sync=true
     mkdir -p "$dir/$mode"
-    ha_cluster_start "$dir/$mode/cluster" "$mode" "$sync" no
-    [ "$mode" = standbys ] && [ "$has_standbys" = yes ] && apply_standbys
+    set_mode "$mode" || { status=1; break; }
     FWD_PORT=${HA_PORT[$HA_LEADER]} FWD_DB=$HA_DB fwd_wait_state running 60 || status=1
-    sum_promote=0 max_promote=0 done_drills=0
+    sum_promote=0 max_promote=0 sum_rejoin=0 done_drills=0
     for i in $(seq "$drills"); do
         if drill "$mode" "$i"; then
             done_drills=$((done_drills + 1))
@@ -245,14 +286,14 @@ for mode in $modes; do
         fi
     done
     expect "$mode: $drills failovers completed" test "$done_drills" = "$drills"
-    summary[$mode]=$(printf '%-9s %9s %11s %11s %6s %6s %8s %7s %10s %5s' "$mode" "$done_drills" \
-        "$(( done_drills ? sum_promote / done_drills : 0 ))" "$max_promote" "${last_acked:-?}" "${last_lost:-?}" \
+    summary[$mode]=$(printf '%-9s %9s %11s %11s %10s %6s %6s %8s %7s %10s %5s' "$mode" "$done_drills" \
+        "$(( done_drills ? sum_promote / done_drills : 0 ))" "$max_promote" \
+        "$(( done_drills ? sum_rejoin / done_drills : 0 ))" "${last_acked:-?}" "${last_lost:-?}" \
         "${last_phantoms:-?}" "${last_skipped:-?}" "${last_dups:-?}" "$((SECONDS - t_mode))")
-    ha_cluster_stop
 done
 
 log "summary (counts are cumulative over the mode's drills; lost = acknowledged appends the last leader lacks)"
-printf '%-9s %9s %11s %11s %6s %6s %8s %7s %10s %5s\n' mode failovers promote_avg promote_max acked lost phantoms skipped duplicates secs >&2
+printf '%-9s %9s %11s %11s %10s %6s %6s %8s %7s %10s %5s\n' mode failovers promote_avg promote_max rejoin_avg acked lost phantoms skipped duplicates secs >&2
 for mode in $modes; do echo "${summary[$mode]}" >&2; done
 log "took $((SECONDS - t_start)) s"
 exit $status

@@ -6,8 +6,8 @@
 #                             bookworm: patroni 3.0.2, etcd 3.4.23) if missing
 #   ha_start_etcd DIR         one etcd member on free loopback ports; HA_ETCD
 #   ha_cluster_start DIR SCOPE SYNC STANDBYS-SETTING
-#                             two Patroni nodes (node1, node2), node1 the
-#                             first leader; SYNC true|false is Patroni's
+#                             two Patroni nodes (node1, node2), either the
+#                             first leader (HA_LEADER); SYNC true|false is Patroni's
 #                             synchronous_mode; STANDBYS-SETTING yes|no sets
 #                             esrc.forwarder_standbys on each node to the
 #                             other node's slot.  Database $HA_DB with esrc,
@@ -105,7 +105,8 @@ bootstrap:
         max_worker_processes: 16
         max_wal_senders: 10
         max_replication_slots: 10
-        wal_keep_size: 256MB
+        # pg_rewind copies the source's WAL files: keep pg_wal small
+        min_wal_size: 32MB
   initdb:
     - encoding: UTF8
     - locale: C
@@ -171,18 +172,20 @@ ha_cluster_start() {
         ha_node_config $n "$scope" "$sync" "$standbys" >"$HA_DIR/node$n.yml"
     done
     chmod 644 "$HA_DIR"/node?.yml
+    # both at once: one wins the initialize key in etcd and bootstraps, the
+    # other waits for it and clones it with pg_basebackup
     ha_start_node 1
-    ha_wait_leader 0 60 || { tail -30 "$HA_DIR/node1/patroni.log"; die "node1 did not bootstrap"; }
-    psql -h 127.0.0.1 -p "${HA_PORT[1]}" -U postgres -d postgres -qAt -c "CREATE DATABASE $HA_DB" >/dev/null
-    ha_sql 1 "CREATE EXTENSION esrc" >/dev/null
-    ha_sql 1 "CREATE TABLE drill_consumed (position bigint, id uuid);
+    ha_start_node 2
+    ha_wait_leader 0 60 || { tail -30 "$HA_DIR"/node?/patroni.log; die "the cluster did not bootstrap"; }
+    psql -h 127.0.0.1 -p "${HA_PORT[$HA_LEADER]}" -U postgres -d postgres -qAt -c "CREATE DATABASE $HA_DB" >/dev/null
+    ha_sql "$HA_LEADER" "CREATE EXTENSION esrc" >/dev/null
+    ha_sql "$HA_LEADER" "CREATE TABLE drill_consumed (position bigint, id uuid);
               CREATE TABLE drill_projected (position bigint, id uuid);
               CREATE FUNCTION drill_project(e esrc.event) RETURNS void LANGUAGE sql AS
                 'INSERT INTO public.drill_projected VALUES (e.position, e.id)';
               SELECT esrc.create_subscription('drill');
               SELECT esrc.create_projection('drill', 'public.drill_project(esrc.event)')" >/dev/null
-    ha_start_node 2
-    ha_wait_streaming 2 90 || { tail -30 "$HA_DIR/node2/patroni.log"; die "node2 did not join"; }
+    ha_wait_streaming $(( 3 - HA_LEADER )) 90 || { tail -30 "$HA_DIR"/node?/patroni.log; die "the replica did not join"; }
 }
 
 ha_sql() {
@@ -220,12 +223,21 @@ ha_wait_leader() {
 }
 
 # ha_wait_streaming NODE S: NODE runs as a replica and streams from the
-# leader (and in synchronous mode is the synchronous standby).
+# leader on the leader's timeline (a crashed old primary that is ahead
+# streams the old timeline for a moment before Patroni rewinds it), and
+# the leader sees it streaming.
 ha_wait_streaming() {
-    local n=$1 deadline=$((SECONDS + $2))
-    until [ "$(psql -h 127.0.0.1 -p "${HA_PORT[$n]}" -U postgres -d postgres -qAt \
+    local n=$1 deadline=$((SECONDS + $2)) tli
+    while :; do
+        tli=$(ha_sql "$HA_LEADER" "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+                                    WHERE EXISTS (SELECT 1 FROM pg_stat_replication
+                                                  WHERE application_name = 'node$n' AND state = 'streaming')" 2>/dev/null || true)
+        if [ -n "$tli" ] &&
+           [ "$(psql -h 127.0.0.1 -p "${HA_PORT[$n]}" -U postgres -d postgres -qAt \
                  -c "SELECT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver
-                                                            WHERE status = 'streaming')" 2>/dev/null)" = t ]; do
+                                                            WHERE status = 'streaming' AND received_tli = $tli)" 2>/dev/null)" = t ]; then
+            return 0
+        fi
         [ $SECONDS -lt $deadline ] || { log "node$n is not streaming within $2 s"; return 1; }
         sleep 0.2
     done

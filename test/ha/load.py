@@ -87,7 +87,7 @@ def writer(n):
                 cur = conn.cursor()
         version[s] = v
         acked.write("%s %d %s\n" % (s, v, eid))
-        time.sleep(0.01)  # a steady load (<= 100 appends/s per writer), not a flood
+        time.sleep(0.02)  # a steady load (<= 50 appends/s per writer), not a flood
     with open(os.path.join(out, "resyncs.%d" % n), "a") as f:
         f.write("%d\n" % resyncs)
 
