@@ -136,7 +136,8 @@ JSON
 # B: forwarded, nothing pending
 fwd_wait_forwarded 60 || status=1
 forwarded=$events errors=0
-check "all forwarded" ', "esrc_forwarder_pending_events": 0, "esrc_forwarder_lag_seconds": 0'
+check "all forwarded" ', "esrc_forwarder_pending_events": 0, "esrc_forwarder_lag_seconds": 0,
+  "esrc_forwarder_standby_wait_seconds": 0, "esrc_forwarder_diverged": 0'
 
 # C: paused, 3 events pending with a lag
 q -c "SELECT esrc.forwarder_pause()" >/dev/null

@@ -215,6 +215,18 @@ esrc_json_lexer_free(JsonLexContext *lex)
 #endif
 
 /*
+ * Memory for a GUC check hook's "extra", which the GUC machinery frees:
+ * malloc on 15; 16 moved GUC memory into a memory context (guc_malloc,
+ * freed with pfree).
+ */
+#include "utils/guc.h"
+#if PG_VERSION_NUM >= 160000
+#define esrc_guc_malloc(size)	guc_malloc(LOG, (size))
+#else
+#define esrc_guc_malloc(size)	malloc(size)
+#endif
+
+/*
  * The forwarder's wait for the standbys of esrc.forwarder_standbys
  * (fwdstandby.c): prepare, read the slots, sleep, and done at the end.
  * 17 added WalSndCtl->wal_confirm_rcv_cv, which the walsenders broadcast

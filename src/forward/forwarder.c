@@ -25,6 +25,12 @@
  * a switch between the modes; at connect we start from the larger of the
  * two, since neither is ever ahead of what Kafka has.
  *
+ * Failover: a batch goes out only once the standbys of
+ * esrc.forwarder_standbys have flushed the WAL of its commits
+ * (fwdstandby.c), and after each connect in exactly_once mode nothing is
+ * sent before Kafka's position record has been checked against the log
+ * (fwddiverge.c: state "diverged" until the operator decides).
+ *
  * Invariants: positions are sent in increasing order and the position
  * only advances over events that Kafka has (or that an operator skipped
  * with esrc.forwarder_skip); a record Kafka refuses (poison) stops

@@ -72,7 +72,7 @@
 
 char	   *esrc_forwarder_standbys = NULL;
 
-/* The parsed list: the GUC's "extra", malloc'd by the check hook. */
+/* The parsed list: the GUC's "extra", allocated by the check hook. */
 typedef struct StandbyList
 {
 	int			n;
@@ -159,7 +159,7 @@ check_standbys(char **newval, void **extra, GucSource source)
 		}
 	}
 
-	list = malloc(offsetof(StandbyList, names) + sizeof(NameData) * Max(list_length(names), 1));
+	list = esrc_guc_malloc(offsetof(StandbyList, names) + sizeof(NameData) * Max(list_length(names), 1));
 	if (list == NULL)
 		return false;
 	list->n = list_length(names);
