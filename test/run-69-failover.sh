@@ -67,7 +67,7 @@ grep -q forwarder_accept_divergence "$ESRC_ROOT"/src/sql/*.sql 2>/dev/null && ha
 FWD_KDIR=$dir/kafka
 kport=$("$FWD_KAFKA/broker.sh" freeport)
 FWD_BROKER=127.0.0.1:$kport
-KAFKA_NUM_PARTITIONS=2 "$FWD_KAFKA/broker.sh" start "$FWD_KDIR" "$kport" >"$dir/broker.out" 2>&1 &
+KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-120} KAFKA_NUM_PARTITIONS=2 "$FWD_KAFKA/broker.sh" start "$FWD_KDIR" "$kport" >"$dir/broker.out" 2>&1 &
 kafka_starter=$!
 ha_start_etcd "$dir/etcd"
 log "etcd on $HA_ETCD, Kafka on $FWD_BROKER; esrc.forwarder_standbys: $has_standbys, divergence check: $has_diverged"
