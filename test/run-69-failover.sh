@@ -297,7 +297,7 @@ for mode in $modes; do
         "${last_phantoms:-?}" "${last_skipped:-?}" "${last_dups:-?}" "$((SECONDS - t_mode))")
 done
 
-log "summary (counts are cumulative over the mode's drills; lost = acknowledged appends the last leader lacks)"
+log "summary (promote/rejoin in ms from the kill; lost = acknowledged appends of the mode the last leader lacks; phantoms, skipped, duplicates: Kafka against the last leader's log, cumulative over the cluster; lag's skipped are what the drill's accept_divergence passed over)"
 printf '%-9s %9s %11s %11s %10s %6s %6s %8s %7s %10s %5s\n' mode failovers promote_avg promote_max rejoin_avg acked lost phantoms skipped duplicates secs >&2
 for mode in $modes; do echo "${summary[$mode]}" >&2; done
 log "took $((SECONDS - t_start)) s"
