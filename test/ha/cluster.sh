@@ -18,6 +18,7 @@
 #                             /primary with 200 (empty if none)
 #   ha_wait_leader NOT S      until a leader other than NOT runs read-write
 #   ha_wait_streaming NODE S  until NODE is a replica streaming from the leader
+#   ha_is_streaming NODE      whether it is, now
 #   ha_wait_sync NODE S       until NODE is the leader's synchronous standby
 #   ha_postmaster NODE        the postmaster's pid of NODE
 #   ha_walreceiver NODE       the walreceiver's pid of NODE
@@ -227,20 +228,23 @@ ha_wait_leader() {
 # streams the old timeline for a moment before Patroni rewinds it), and
 # the leader sees it streaming.
 ha_wait_streaming() {
-    local n=$1 deadline=$((SECONDS + $2)) tli
-    while :; do
-        tli=$(ha_sql "$HA_LEADER" "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
-                                    WHERE EXISTS (SELECT 1 FROM pg_stat_replication
-                                                  WHERE application_name = 'node$n' AND state = 'streaming')" 2>/dev/null || true)
-        if [ -n "$tli" ] &&
-           [ "$(psql -h 127.0.0.1 -p "${HA_PORT[$n]}" -U postgres -d postgres -qAt \
-                 -c "SELECT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver
-                                                            WHERE status = 'streaming' AND received_tli = $tli)" 2>/dev/null)" = t ]; then
-            return 0
-        fi
+    local n=$1 deadline=$((SECONDS + $2))
+    until ha_is_streaming "$n"; do
         [ $SECONDS -lt $deadline ] || { log "node$n is not streaming within $2 s"; return 1; }
         sleep 0.2
     done
+}
+
+# ha_is_streaming NODE: the condition ha_wait_streaming waits for, once.
+ha_is_streaming() {
+    local n=$1 tli
+    tli=$(ha_sql "$HA_LEADER" "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+                                WHERE EXISTS (SELECT 1 FROM pg_stat_replication
+                                              WHERE application_name = 'node$n' AND state = 'streaming')" 2>/dev/null || true)
+    [ -n "$tli" ] &&
+    [ "$(psql -h 127.0.0.1 -p "${HA_PORT[$n]}" -U postgres -d postgres -qAt \
+             -c "SELECT pg_is_in_recovery() AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver
+                                                        WHERE status = 'streaming' AND received_tli = $tli)" 2>/dev/null)" = t ]
 }
 
 # ha_wait_sync NODE S: the leader lists NODE as its synchronous standby
