@@ -18,12 +18,23 @@
 #             runs no forwarder.
 #   standbys  asynchronous, esrc.forwarder_standbys = the other node's slot,
 #             the standby made to lag before the kill (the primary's walsender
-#             stopped with SIGSTOP while the writers go on): acknowledged
-#             appends may be lost (counted) but Kafka holds no event the new
-#             leader lacks, and nothing is skipped.
+#             stopped with SIGSTOP while the writers go on; stopping the
+#             standby's walreceiver would leave the lag in the socket
+#             buffers, delivered after SIGCONT): acknowledged appends may be
+#             lost (counted) but Kafka holds no event the new leader lacks,
+#             and nothing is skipped.  Also reported (asserted with
+#             ESRC_HA_STRICT=1): whether the new leader forwards events
+#             appended after the promotion before the old leader streams on
+#             the new timeline.
 #   lag       asynchronous without that setting, the same lag: the new
 #             leader's forwarder reports diverged (state, last_error, metric)
-#             and sends nothing.
+#             and sends nothing; then the drill accepts the divergence
+#             (esrc.forwarder_accept_divergence after the log's end when it
+#             was found) so that the next drill starts from a forwarding leader.
+#
+# The rejoined old leader is checked while it runs as a standby (no
+# forwarder process); that it wrote nothing to Kafka is also covered by the
+# next drill's comparison of Kafka with the log.
 #
 # Runs on PostgreSQL 15 only (not in test/matrix).  ESRC_HA_MODES picks
 # modes (default "sync standbys lag"), ESRC_HA_DRILLS the failovers per
