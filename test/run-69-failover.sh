@@ -30,7 +30,9 @@
 #             leader's forwarder reports diverged (state, last_error, metric)
 #             and sends nothing; then the drill accepts the divergence
 #             (esrc.forwarder_accept_divergence after the log's end when it
-#             was found) so that the next drill starts from a forwarding leader.
+#             was found) and checks that what it sends then is its own log
+#             (test/ha/sent_after.py), so the next drill starts from a
+#             forwarding leader.
 #
 # The rejoined old leader is checked while it runs as a standby (no
 # forwarder process); that it wrote nothing to Kafka is also covered by the
@@ -276,6 +278,17 @@ drill() { # MODE I
                         FROM esrc.forwarder_divergences WHERE accepted_position IS NULL
                         ORDER BY divergence_id DESC LIMIT 1" >/dev/null
             wait_state running 30 || return 1
+            # what the new leader sends after the operator's decision
+            # matches its log
+            wait_caught_up 60 || return 1
+            leader_sql "SELECT position, stream, version, id FROM esrc.events ORDER BY position" | tr '|' ' ' >"$dir/$mode/events"
+            # shellcheck disable=SC2086
+            "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $topics >"$dir/$mode/kafka.after.jsonl"
+            local sent
+            sent=$(python3 "$HA_HERE/sent_after.py" "$dir/$mode/events" "$dir/$mode/kafka.jsonl" "$dir/$mode/kafka.after.jsonl")
+            log "   after accept_divergence: $sent"
+            expect "drill $mode $i: after the accepted divergence the new leader sends its own log ($sent)" \
+                eval '[[ "$sent" =~ ^sent=[1-9][0-9]*\ wrong=0$ ]]'
         fi
         ;;
     esac
