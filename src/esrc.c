@@ -88,6 +88,9 @@ _PG_init(void)
 	/* W3C trace context of appended events (esrc.traceparent, ...) */
 	esrc_trace_init();
 
+	/* the horizon published for reads on hot standbys (standby.c) */
+	esrc_standby_init();
+
 	/* counters of esrc.metrics (esrc.track_metrics) */
 	esrc_metrics_init();
 
@@ -109,7 +112,7 @@ esrc_shmem_size(void)
 	return add_size(add_size(add_size(esrc_order_shmem_size(), esrc_wait_shmem_size()),
 							 add_size(esrc_lease_shmem_size(), esrc_projection_shmem_size())),
 					add_size(add_size(esrc_mark_shmem_size(), esrc_metrics_shmem_size()),
-							 esrc_forwarder_shmem_size()));
+							 add_size(esrc_forwarder_shmem_size(), esrc_standby_shmem_size())));
 }
 
 static void
@@ -135,6 +138,7 @@ esrc_shmem_startup(void)
 	esrc_projection_shmem_init();
 	esrc_mark_shmem_init();
 	esrc_metrics_shmem_init();
+	esrc_standby_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	esrc_shmem_attached = true;
 }

@@ -8,7 +8,8 @@
 # ce_traceparent / ce_tracestate of each must be what the test wanted for
 # that event (carried in the event's data as "want_tp" / "want_ts", "-" =
 # no header); test/forward/check.py checks every record's full header set
-# against its own reading of the W3C rules.
+# against its own reading of the W3C rules.  An event with tags gets the
+# header ce_esrctags (docs/dcb.md), checked the same way.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -73,6 +74,8 @@ SELECT esrc.append('trace-bad', 'NotObject', want('-', '-'), '["$TP1"]');
 -- none
 SELECT esrc.append('trace-none', 'Plain', want('-', '-'));
 SELECT esrc.append('trace-none', 'OtherMetadata', want('-', '-'), '{"user": "cy"}');
+-- tags (docs/dcb.md): the header ce_esrctags, a JSON array
+SELECT esrc.append('trace-none', 'Tagged', want('-', '-'), tags => ARRAY['course:c1', 'quote"back\\slash', 'é']);
 SQL
 
 expect "a malformed traceparent setting is refused with 22023" \
@@ -115,8 +118,8 @@ print(("ok" if ok else "FAIL") + f" - java consumer: {seen} of {sys.argv[2]} rec
       f"trace headers as wanted for each", file=sys.stderr)
 sys.exit(0 if ok else 1)
 PY
-expect "the trace headers reached Kafka for 10 events, none for the 9 others" \
-    test "$(grep -c 'traceparent=0' "$dir/java.out") $(grep -c 'traceparent=- ' "$dir/java.out")" = "10 9"
+expect "the trace headers reached Kafka for 10 events, none for the 10 others" \
+    test "$(grep -c 'traceparent=0' "$dir/java.out") $(grep -c 'traceparent=- ' "$dir/java.out")" = "10 10"
 
 # every record, every header (the checker's own W3C reading)
 fwd_dump_events "$dir/events.jsonl"
@@ -127,4 +130,9 @@ jq -c 'if .headers.ce_traceparent then del(.headers.ce_traceparent) else . end' 
     "$dir/records.jsonl" >"$dir/notrace.jsonl"
 expect "the checker catches records without their trace headers" \
     bash -c "! python3 '$FWD_HERE/check.py' '$dir/events.jsonl' '$dir/notrace.jsonl' >/dev/null"
+expect "the tags reached Kafka as the header ce_esrctags" \
+    test "$(jq -r 'select(.headers.ce_esrctags) | .headers.ce_esrctags' "$dir/records.jsonl")" = '["course:c1","quote\"back\\slash","é"]'
+jq -c 'del(.headers.ce_esrctags)' "$dir/records.jsonl" >"$dir/notags.jsonl"
+expect "the checker catches a record without its tags header" \
+    bash -c "! python3 '$FWD_HERE/check.py' '$dir/events.jsonl' '$dir/notags.jsonl' >/dev/null"
 exit $status

@@ -179,13 +179,25 @@ start_consumer() { # MEMBER
     consumers+=($!)
     eval "pid_$1=$!"
 }
+# MEMBER N: wait (30 s at most) until the consumer has printed its Nth
+# "started" line (its signal handlers are in place): a SIGTERM before that
+# would test the Python start-up, not the consumer
+wait_started() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        [ "$(grep -c "^$1: started" "$dir/consumer.$1.out" 2>/dev/null)" -ge "${2:-1}" ] && return 0
+        sleep 0.1
+    done
+    die "consumer $1 did not start: $(tail -3 "$dir/consumer.$1.out")"
+}
 start_consumer c1
 start_consumer c2
-sleep 1
+wait_started c1; wait_started c2
 "$PG_BINDIR/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -c 8 -j 2 -R 400 -T 4 -f "$dir/load.sql" postgres \
     >"$dir/pgbench.1" 2>&1 &
 load=$!
 sleep 1.5
+wait_started c2
 kill -TERM "$pid_c2"
 rc=0; wait "$pid_c2" || rc=$?
 if [ $rc = 0 ] && grep -q "c2: stopped" "$dir/consumer.c2.out"; then log "ok - c2 stopped cleanly on SIGTERM mid-load"
@@ -230,12 +242,14 @@ start_al() {
     pid_al=$!
 }
 start_al
+wait_started al 1
 "$PG_BINDIR/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -c 8 -j 2 -R 400 -T 3 -f "$dir/load.sql" postgres \
     >"$dir/pgbench.3" 2>&1 &
 load=$!
 sleep 1
 kill -9 "$pid_al"; wait "$pid_al" 2>/dev/null || true
 start_al
+wait_started al 2
 sleep 1
 kill -TERM "$pid_al"
 rc=0; wait "$pid_al" || rc=$?
@@ -249,6 +263,7 @@ for ((i = 0; i < 600; i++)); do
         [ "$(direct -c "SELECT sum(events_behind) FROM esrc.subscription_status WHERE subscription = 'exal'")" = 0 ] && break
     sleep 0.1
 done
+wait_started al 3
 kill -TERM "$pid_al"
 rc=0; wait "$pid_al" || rc=$?
 [ $rc = 0 ] || { log "FAIL - the at-least-once consumer exited $rc on SIGTERM: $(tail -3 "$dir/consumer.al.out")"; status=1; }

@@ -1,101 +1,163 @@
-"""A command handler for the esrc security-service example, in Python.
+"""The esrc security service in Python, on the esrc client (clients/python).
 
-It does what examples/security_service.sql does in PL/pgSQL, but from the
-application side: load the snapshot and its version, decide, append with
-that version as expected_version, and on SQLSTATE 40001 (someone else got
-in between) roll back, load again and decide again.  The retry loop is the
-ordinary one for serialization failures, so it works at every isolation
-level.
+It does what examples/security_service.sql does in PL/pgSQL, from the
+application side, as a decider: initial_state / evolve / decide are plain
+Python, and esrc.CommandHandler loads the user (from the snapshot table
+security.users, which follows the category "user"), decides, appends with
+the loaded version and, on SQLSTATE 40001 (someone else got in between),
+loads and decides again.
 
-    pip install "psycopg[binary]"
+Personal data, as docs/lifecycle.md advises: a user's stream is
+user-<uuid> (no e-mail in stream names, which are never erased), and the
+e-mail is stored encrypted for that subject (esrc.encrypt), so
+esrc.forget_subject makes it unreadable everywhere it was copied;
+esrc.erase_stream redacts the stream and appends its tombstone, which the
+consumers (examples/subscriptions/consumer.py) receive.
+
+    pip install ./clients/python        # or: pip install "psycopg[binary]"
     python3 examples/python/security_service.py "host=... dbname=..."
 
-Needs examples/security_service.sql loaded in the database (the snapshot
-security.users), and a role in esrc_writer and esrc_reader (no superuser,
-nothing else).  Run as a script it performs a small self-check: register
-a user, rename it from three threads at once, and verify the result.
+Needs examples/security_service.sql loaded in the database, and a role in
+esrc_writer and esrc_reader (no superuser, nothing else).  Run as a script
+it performs a small self-check: register a user, rename it from three
+threads at once, and verify the result.
 """
-import random
+from __future__ import annotations
+
+import os
 import sys
 import threading
-import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
 
-import psycopg
-from psycopg.types.json import Jsonb
+try:
+    import esrc
+except ImportError:  # not installed: the client of this tree
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "clients", "python", "src"))
+    import esrc
 
-SNAPSHOT = "security.users"
+types = esrc.EventTypes()
 
 
-class UnknownUser(Exception):
-    pass
+@types.register
+@dataclass(frozen=True)
+class UserRegistered:
+    email: str          # an esrc.encrypt envelope, never the address itself
+    name: str
+
+
+@types.register
+@dataclass(frozen=True)
+class UserNameChanged:
+    email: str          # the same envelope: the event names its user, as the
+    name: str           # SQL handlers' events do (examples/projections reads it)
+
+
+@dataclass(frozen=True)
+class RegisterUser:
+    email: str          # encrypted by the handler before it is decided on
+    name: str
+    command_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass(frozen=True)
+class ChangeUserName:
+    name: str
+    command_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass(frozen=True)
+class User:
+    email: str
+    name: str
 
 
 class AlreadyRegistered(Exception):
     pass
 
 
-def _stream(email):
-    return "user-" + email
+class UnknownUser(Exception):
+    pass
 
 
-def _with_retries(conninfo, attempt_fn, max_attempts=20):
-    """Run attempt_fn(cursor) in its own transaction until it does not fail
-    with 40001; back off a little between attempts."""
-    with psycopg.connect(conninfo) as conn:
-        for attempt in range(1, max_attempts + 1):
-            try:
-                with conn.transaction():
-                    with conn.cursor() as cur:
-                        return attempt_fn(cur), attempt
-            except psycopg.errors.SerializationFailure:
-                if attempt == max_attempts:
-                    raise
-                time.sleep(random.uniform(0, 0.005 * attempt))
+Event = Union[UserRegistered, UserNameChanged]
+Command = Union[RegisterUser, ChangeUserName]
+State = Optional[User]
 
 
-def register_user(conninfo, email, name):
-    def attempt(cur):
-        cur.execute("SELECT state, version FROM esrc.load(%s, %s)", (SNAPSHOT, _stream(email)))
-        state, version = cur.fetchone()
-        if version >= 0:
-            raise AlreadyRegistered(email)
-        cur.execute(
-            "SELECT esrc.append(%s, 'UserRegistered', %s, expected_version => %s)",
-            (_stream(email), Jsonb({"email": email, "name": name}), version),
-        )
-        return cur.fetchone()[0]
-
-    return _with_retries(conninfo, attempt)
+def evolve(state: State, event: Event) -> State:
+    if isinstance(event, UserRegistered):
+        return User(event.email, event.name)
+    if state is None:
+        raise ValueError("UserNameChanged before UserRegistered")
+    return User(state.email, event.name)
 
 
-def change_user_name(conninfo, email, new_name):
-    def attempt(cur):
-        cur.execute("SELECT state, version FROM esrc.load(%s, %s)", (SNAPSHOT, _stream(email)))
-        state, version = cur.fetchone()
-        if version < 0:
-            raise UnknownUser(email)
-        cur.execute(
-            "SELECT esrc.append(%s, 'UserNameChanged', %s, expected_version => %s)",
-            (_stream(email), Jsonb({"email": email, "name": new_name}), version),
-        )
-        return cur.fetchone()[0]
-
-    return _with_retries(conninfo, attempt)
+def decide(command: Command, state: State) -> list[Event]:
+    if isinstance(command, RegisterUser):
+        if state is not None:
+            raise AlreadyRegistered()
+        return [UserRegistered(command.email, command.name)]
+    if state is None:
+        raise UnknownUser()
+    return [UserNameChanged(state.email, command.name)]
 
 
-def self_check(conninfo):
-    email = "py-%d@example.com" % random.randrange(10**9)
-    version, _ = register_user(conninfo, email, "Alex")
-    assert version == 0, version
+def from_snapshot(state: Any) -> State:
+    """A row of security.users (its reducer keeps email and name)."""
+    return User(state["email"], state["name"])
 
-    results, errors = {}, []
+
+users: esrc.Decider[Command, Event, State] = esrc.Decider(lambda: None, evolve, decide, from_snapshot)
+
+
+def stream_of(user_id: uuid.UUID) -> str:
+    return "user-%s" % user_id
+
+
+def register_user(store: esrc.EventStore, user_id: uuid.UUID, email: str, name: str) -> int:
+    """RegisterUser: the new user's stream version (0)."""
+    sealed = store.encrypt(stream_of(user_id), "email", email)
+    return esrc.CommandHandler(store, users).handle(
+        stream_of(user_id), RegisterUser(sealed, name)).version
+
+
+def change_user_name(store: esrc.EventStore, user_id: uuid.UUID, name: str) -> esrc.Outcome[Event, State]:
+    return esrc.CommandHandler(store, users).handle(stream_of(user_id), ChangeUserName(name))
+
+
+def email_of(store: esrc.EventStore, user_id: uuid.UUID) -> Optional[str]:
+    """The e-mail, or None once the subject was forgotten."""
+    state, _ = esrc.CommandHandler(store, users).load(stream_of(user_id))
+    if state is None:
+        raise UnknownUser()
+    value = store.decrypt(stream_of(user_id), "email", state.email)
+    return None if value is None else str(value)
+
+
+def self_check(conninfo: str) -> None:
+    user_id = uuid.uuid4()
+    email = "py-%s@example.com" % user_id.hex[:8]
+    with esrc.EventStore.connect(conninfo, types=types) as store:
+        assert register_user(store, user_id, email, "Alex") == 0
+        try:
+            register_user(store, user_id, email, "Again")
+            raise AssertionError("a second registration was accepted")
+        except AlreadyRegistered:
+            pass
+
+    results: list[esrc.Outcome[Event, State]] = []
+    errors: list[BaseException] = []
     barrier = threading.Barrier(3)
 
-    def rename(name):
+    def rename(name: str) -> None:
         try:
-            barrier.wait()
-            results[name] = change_user_name(conninfo, email, name)
-        except Exception as e:  # reported below
+            with esrc.EventStore.connect(conninfo, types=types) as s:
+                barrier.wait()
+                results.append(change_user_name(s, user_id, name))
+        except BaseException as e:  # reported below
             errors.append(e)
 
     threads = [threading.Thread(target=rename, args=("Alex%d" % i,)) for i in (1, 2, 3)]
@@ -104,42 +166,36 @@ def self_check(conninfo):
     for t in threads:
         t.join()
     assert not errors, errors
-    versions = sorted(v for v, _ in results.values())
+    versions = sorted(r.version for r in results)
     assert versions == [1, 2, 3], versions
-    retries = sum(a - 1 for _, a in results.values())
+    retries = sum(r.attempts - 1 for r in results)
 
-    with psycopg.connect(conninfo) as conn:
-        rows = conn.execute(
-            "SELECT version, type, data->>'name' FROM esrc.read_stream(%s)", (_stream(email),)
-        ).fetchall()
-        state, snap_version = conn.execute(
-            "SELECT state, version FROM esrc.load(%s, %s)", (SNAPSHOT, _stream(email))
-        ).fetchone()
-    assert [r[0] for r in rows] == [0, 1, 2, 3], rows
-    assert sorted(r[2] for r in rows[1:]) == ["Alex1", "Alex2", "Alex3"], rows
-    assert snap_version == 3 and state["name"] == rows[-1][2], (state, snap_version)
-
-    # a stale decision is refused with 40001 and nothing is written
-    with psycopg.connect(conninfo) as conn:
+    with esrc.EventStore.connect(conninfo, types=types) as store:
+        events = store.read_stream(stream_of(user_id))
+        assert [e.version for e in events] == [0, 1, 2, 3], events
+        names = sorted(e.event.name for e in events[1:])
+        assert names == ["Alex1", "Alex2", "Alex3"], names
+        snap, snap_version = store.load("security.users", stream_of(user_id))
+        assert snap_version == 3 and snap["name"] == events[-1].event.name, (snap, snap_version)
+        assert email not in str(events[0].data) and email_of(store, user_id) == email
+        # a stale decision is refused with 40001 and nothing is written
         try:
-            conn.execute(
-                "SELECT esrc.append(%s, 'UserNameChanged', %s, expected_version => 1)",
-                (_stream(email), Jsonb({"email": email, "name": "stale"})),
-            )
+            store.append(stream_of(user_id), UserNameChanged(events[0].data["email"], "stale"),
+                         expected_version=1)
             raise AssertionError("stale append was accepted")
-        except psycopg.errors.SerializationFailure as e:
+        except esrc.ConcurrencyError as e:
             assert e.sqlstate == "40001"
-    # an unknown user is rejected
-    try:
-        change_user_name(conninfo, "nobody-" + email, "X")
-        raise AssertionError("rename of an unknown user was accepted")
-    except UnknownUser:
-        pass
+        # an unknown user is rejected
+        try:
+            change_user_name(store, uuid.uuid4(), "X")
+            raise AssertionError("rename of an unknown user was accepted")
+        except UnknownUser:
+            pass
 
     print("python example: registered %s, 3 concurrent renames -> versions %s "
-          "(%d retries on 40001), snapshot at version %d with name %s; "
+          "(%d retries on 40001), snapshot at version %d with name %s; e-mail stored encrypted; "
           "stale append refused with 40001; unknown user refused"
-          % (email, versions, retries, snap_version, state["name"]))
+          % (stream_of(user_id), versions, retries, snap_version, snap["name"]))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * launch.c
- *	  What both launchers (projlauncher.c for the projection workers,
- *	  fwdlauncher.c for the forwarders) share: the scan of the databases
+ *	  What the launchers (projlauncher.c for the projection workers,
+ *	  fwdlauncher.c for the forwarders, log/standby.c for the horizon
+ *	  publishers) share: the scan of the databases
  *	  that accept connections, whether a database is still there before a
  *	  worker is started in it, whether a launched worker has stopped, the
  *	  back-off before a failed worker starts again, and their registration.

@@ -73,6 +73,8 @@
 #include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/array.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -112,7 +114,7 @@ double		fwd_wal_flush_ms = 0;
 	" CASE WHEN s.position IS NULL THEN e.data END," \
 	" CASE WHEN s.position IS NULL THEN e.metadata END," \
 	" e.id, e.recorded_at, e.category," \
-	" s.position IS NOT NULL" \
+	" s.position IS NOT NULL, %s" \
 	" FROM esrc.events e LEFT JOIN esrc.forwarder_skips s" \
 	" ON s.position OPERATOR(pg_catalog.=) e.position" \
 	" WHERE e.position OPERATOR(pg_catalog.>) $1" \
@@ -220,6 +222,48 @@ trace_context(EsrcKafkaRecord *rec, Datum metadata)
 	}
 }
 
+/*
+ * The tags column of BATCH_SQL: e.tags, or null before ALTER EXTENSION
+ * esrc UPDATE to 0.3.0 added it (the worker keeps its plan: tags are
+ * forwarded from its next start on).
+ */
+static const char *
+tags_column(void)
+{
+	if (get_attnum(esrc_relation_oid("events"), "tags") == InvalidAttrNumber)
+		return "NULL::pg_catalog.text[]";
+	return "e.tags";
+}
+
+/*
+ * The header ce_esrctags of rec (kafka.c): its tags (text[]) as a JSON
+ * array of strings.  At most 32 tags of 256 bytes, counted towards the
+ * event's size at append (append.c).
+ */
+static void
+tags_header(EsrcKafkaRecord *rec, Datum tags)
+{
+	Datum	   *elems;
+	int			n;
+	StringInfoData buf;
+	MemoryContext old = MemoryContextSwitchTo(fill->cxt);
+
+	deconstruct_array(DatumGetArrayTypeP(tags), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, NULL, &n);
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '[');
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		escape_json(&buf, TextDatumGetCString(elems[i]));
+	}
+	appendStringInfoChar(&buf, ']');
+	MemoryContextSwitchTo(old);
+	rec->tags = buf.data;
+	fill->bytes += buf.len;
+}
+
 static bool
 batch_receive(TupleTableSlot *slot, DestReceiver *self)
 {
@@ -269,6 +313,8 @@ batch_receive(TupleTableSlot *slot, DestReceiver *self)
 			unsendable = psprintf("its data and metadata take more than %zu bytes as JSON text",
 								  (Size) MAX_RECORD_TEXT);
 		}
+		if (!slot->tts_isnull[10])
+			tags_header(rec, slot->tts_values[10]);
 		rec->time = format_time(DatumGetTimestampTz(slot->tts_values[7]));
 		if (rec->time == NULL && unsendable == NULL)
 			unsendable = "its recorded_at has no RFC 3339 form";
@@ -501,7 +547,7 @@ read_batch(Batch *b, Oid seqoid, int64 after)
 
 	b->held = horizon < last;
 	if (batch_plan == NULL)
-		batch_plan = prepare(BATCH_SQL, 3, types);
+		batch_plan = prepare(psprintf(BATCH_SQL, tags_column()), 3, types);
 
 	params = makeParamList(3);
 	params->params[0].value = Int64GetDatum(after);

@@ -535,6 +535,17 @@ esrc_kafka_poll(EsrcKafka *k)
  */
 
 /*
+ * The tags of an event (dynamic consistency boundaries, docs/dcb.md), as
+ * the CloudEvents extension attribute esrctags: a JSON array of strings.
+ */
+static void
+add_tags_header(rd_kafka_headers_t *h, const EsrcKafkaRecord *r)
+{
+	if (r->tags != NULL)
+		rd_kafka_header_add(h, "ce_esrctags", -1, r->tags, -1);
+}
+
+/*
  * Produce one record on producer p (a copy: librdkafka owns the bytes
  * afterwards).  A tombstone (r->tombstone: an esrc.erased or esrc.deleted
  * event, docs/forwarder.md) goes with the stream as key, a null value and
@@ -577,6 +588,7 @@ produce_record(EsrcKafka *k, int p, EsrcKafkaRecord *r, uint32 index)
 			rd_kafka_header_add(h, "ce_traceparent", -1, r->traceparent, -1);
 		if (r->tracestate != NULL)
 			rd_kafka_header_add(h, "ce_tracestate", -1, r->tracestate, -1);
+		add_tags_header(h, r);
 
 		e = rd_kafka_producev(rk,
 							  RD_KAFKA_V_RKT(r->topic->rkt[p]),

@@ -79,6 +79,8 @@ typedef struct EsrcKafkaRecord
 	char	   *traceparent;	/* valid W3C traceparent of the metadata
 								 * (trace.c), NULL = none */
 	char	   *tracestate;		/* its tracestate, NULL = none */
+	char	   *tags;			/* the event's tags as a JSON array, NULL =
+								 * none (header ce_esrctags) */
 	EsrcKafkaTopic *topic;		/* from esrc_kafka_topic() */
 	bool		skip;			/* skipped by the operator: do not send */
 	bool		tombstone;		/* esrc.erased/esrc.deleted: sent with a null

@@ -381,8 +381,8 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 								   oldslot->tts_values[Anum_events_metadata - 1],
 								   oldslot->tts_isnull[Anum_events_metadata - 1]);
 		ExecClearTuple(newslot);
-		memcpy(newslot->tts_values, oldslot->tts_values, sizeof(Datum) * Natts_events);
-		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * Natts_events);
+		memcpy(newslot->tts_values, oldslot->tts_values, sizeof(Datum) * oldslot->tts_tupleDescriptor->natts);
+		memcpy(newslot->tts_isnull, oldslot->tts_isnull, sizeof(bool) * oldslot->tts_tupleDescriptor->natts);
 		newslot->tts_values[Anum_events_data - 1] = marker;
 		newslot->tts_isnull[Anum_events_data - 1] = false;
 		newslot->tts_values[Anum_events_metadata - 1] = (Datum) 0;

@@ -77,6 +77,7 @@
 
 #include "base/base.h"
 #include "log/log.h"
+#include "logint.h"
 
 /* esrc.max_event_size (defined by esrc.c) */
 int			esrc_max_event_size = ESRC_DEFAULT_MAX_EVENT_SIZE;
@@ -91,13 +92,6 @@ PG_FUNCTION_INFO_V1(esrc_append_batch);
 #define EXPECT_NO_STREAM	(-1)
 #define EXPECT_EXISTS		(-2)
 
-typedef struct EventInput
-{
-	char	   *type;
-	Jsonb	   *data;
-	Jsonb	   *metadata;		/* NULL = none */
-	pg_uuid_t  *id;				/* NULL = generate */
-} EventInput;
 
 /*
  * Check a stream name, event type or category given as text and return it
@@ -153,8 +147,8 @@ esrc_stream_category(const char *stream)
 	return pnstrdup(stream, dash - stream);
 }
 
-static char *
-check_stream(text *value)
+char *
+esrc_check_stream_name(text *value)
 {
 	char	   *stream = esrc_check_name(value, "stream name", ESRC_MAX_STREAM_NAME);
 
@@ -203,8 +197,8 @@ check_user_type(char *type, const char *what)
 	return type;
 }
 
-static void
-check_expected(bool isnull, int64 expected)
+void
+esrc_check_expected(bool isnull, int64 expected)
 {
 	if (!isnull && expected < EXPECT_EXISTS)
 		ereport(ERROR,
@@ -222,7 +216,7 @@ check_expected(bool isnull, int64 expected)
  * fit in one Kafka record (fwdconf.c).
  */
 static void
-check_event_size(int index, Jsonb *data, Jsonb *metadata)
+check_event_size(int index, Jsonb *data, Jsonb *metadata, Datum tags)
 {
 	Size		size = VARSIZE(data) + (metadata ? VARSIZE(metadata) : 0);
 	Size		limit = (Size) esrc_max_event_size;
@@ -231,7 +225,9 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 
 	if (fwd_limit > 0 && fwd_limit < limit)
 		limit = fwd_limit;
-	text = esrc_jsonb_text_size(data, limit);
+	text = esrc_tags_json_size(tags);
+	if (text <= limit)
+		text += esrc_jsonb_text_size(data, limit - text);
 	if (metadata && text <= limit)
 		text += esrc_jsonb_text_size(metadata, limit - text);
 
@@ -239,7 +235,7 @@ check_event_size(int index, Jsonb *data, Jsonb *metadata)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("event %d is too large", index),
-				 errdetail("Its data and metadata take more than %d bytes as JSON text (what readers and the Kafka forwarder get); esrc.max_event_size is %d bytes.",
+				 errdetail("Its data, metadata and tags take more than %d bytes as JSON text (what readers and the Kafka forwarder get); esrc.max_event_size is %d bytes.",
 						   esrc_max_event_size, esrc_max_event_size),
 				 errhint("Store large payloads elsewhere and put a reference in the event.")));
 	if (text > limit)
@@ -344,12 +340,14 @@ esrc_check_log_rowtype(Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (desc->natts != Natts_events ||
+	if (desc->natts < Natts_events_min || desc->natts > Natts_events ||
 		TupleDescAttr(desc, Anum_events_position - 1)->atttypid != INT8OID ||
 		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
 		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
 		TupleDescAttr(desc, Anum_events_id - 1)->atttypid != UUIDOID ||
-		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID)
+		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID ||
+		(desc->natts >= Anum_events_tags &&
+		 TupleDescAttr(desc, Anum_events_tags - 1)->atttypid != TEXTARRAYOID))
 		elog(ERROR, "esrc.events has an unexpected row type");
 }
 
@@ -612,7 +610,7 @@ insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
 		ExecClearTuple(slot);
 		values = slot->tts_values;
 		nulls = slot->tts_isnull;
-		memset(nulls, 0, sizeof(bool) * Natts_events);
+		memset(nulls, 0, sizeof(bool) * slot->tts_tupleDescriptor->natts);
 		values[Anum_events_position - 1] =
 			Int64GetDatum(esrc_allocate_position(seqoid, category_str));
 		values[Anum_events_stream - 1] = PointerGetDatum(stream);
@@ -627,6 +625,16 @@ insert_events(EventLog *log, Oid seqoid, text *stream, text *category,
 			: DirectFunctionCall1(gen_random_uuid, (Datum) 0);
 		values[Anum_events_recorded_at - 1] = TimestampTzGetDatum(now);
 		values[Anum_events_category - 1] = PointerGetDatum(category);
+		if (slot->tts_tupleDescriptor->natts >= Anum_events_tags)
+		{
+			values[Anum_events_tags - 1] = ev->tags;
+			nulls[Anum_events_tags - 1] = ev->tags == (Datum) 0;
+		}
+		else if (ev->tags != (Datum) 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("esrc.events has no column tags"),
+					 errhint("Update the extension: ALTER EXTENSION esrc UPDATE.")));
 		ExecStoreVirtualTuple(slot);
 
 		ExecSimpleRelationInsert(log->rri, log->estate, slot);
@@ -681,7 +689,8 @@ head_is_event(EventLog *log, text *stream, Snapshot snap, const char *type,
  */
 static int64
 append_events(char *stream, int nevents, EventInput *events,
-			  bool expected_isnull, int64 expected, bool system)
+			  bool expected_isnull, int64 expected, bool system,
+			  const DcbCondition *cond)
 {
 	Oid			seqoid;
 	text	   *stream_text = cstring_to_text(stream);
@@ -701,6 +710,9 @@ append_events(char *stream, int nevents, EventInput *events,
 	seqoid = esrc_relation_oid("position_seq");
 
 	lock_stream(stream);
+	/* the (type, tag) keys of the events and of the condition (tags.c) */
+	if (!system)
+		esrc_lock_event_keys(nevents, events, cond);
 	open_log(&log);
 
 	/*
@@ -782,6 +794,10 @@ append_events(char *stream, int nevents, EventInput *events,
 		raise_version_conflict(stream, expected, head);
 	}
 
+	/* esrc.append_if: no event matching the condition after its position */
+	if (cond != NULL)
+		esrc_check_condition(cond, stream);
+
 	insert_events(&log, seqoid, stream_text, category, category_str, head + 1,
 				  nevents, events, now);
 
@@ -809,7 +825,7 @@ esrc_append_system_event(const char *stream, const char *type, Jsonb *data)
 	memset(&ev, 0, sizeof(ev));
 	ev.type = pstrdup(type);
 	ev.data = data;
-	return append_events(pstrdup(stream), 1, &ev, true, 0, true);
+	return append_events(pstrdup(stream), 1, &ev, true, 0, true, NULL);
 }
 
 /*
@@ -822,7 +838,7 @@ esrc_append(PG_FUNCTION_ARGS)
 	EventInput ev;
 
 	PreventCommandIfReadOnly("esrc.append()");
-	stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	stream = esrc_check_stream_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	ev.type = check_user_type(esrc_check_name(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
 											  "event type", ESRC_MAX_TYPE_NAME),
 							  "event type");
@@ -834,12 +850,15 @@ esrc_append(PG_FUNCTION_ARGS)
 	ev.data = PG_GETARG_JSONB_P(2);
 	ev.metadata = esrc_trace_metadata(PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
 	ev.id = PG_ARGISNULL(5) ? NULL : PG_GETARG_UUID_P(5);
-	check_expected(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
-	check_event_size(1, ev.data, ev.metadata);
+	esrc_check_expected(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
+	/* the 0.2.0 esrc.append has no tags argument */
+	ev.tags = PG_NARGS() <= 6 || PG_ARGISNULL(6) ? (Datum) 0 :
+		esrc_tags_from_array(PG_GETARG_ARRAYTYPE_P(6), "the event");
+	check_event_size(1, ev.data, ev.metadata, ev.tags);
 
 	PG_RETURN_INT64(append_events(stream, 1, &ev, PG_ARGISNULL(4),
 								  PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4),
-								  false));
+								  false, NULL));
 }
 
 /*
@@ -852,7 +871,7 @@ batch_error(int index, const char *msg, const char *detail)
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid event %d in batch: %s", index, msg),
 			 detail ? errdetail("%s", detail) : 0,
-			 errhint("Each element of events must be an object with the keys \"type\" and \"data\", and optionally \"metadata\" and \"id\".")));
+			 errhint("Each element of events must be an object with the keys \"type\" and \"data\", and optionally \"metadata\", \"id\" and \"tags\".")));
 }
 
 /* A JsonbValue as a Jsonb datum of its own. */
@@ -905,6 +924,9 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 			ev->data = value_to_jsonb(&val);
 		else if (strcmp(key, "metadata") == 0)
 			ev->metadata = (val.type == jbvNull) ? NULL : value_to_jsonb(&val);
+		else if (strcmp(key, "tags") == 0)
+			ev->tags = val.type == jbvNull ? (Datum) 0 :
+				esrc_tags_from_jsonb(&val, psprintf("event %d", index));
 		else if (strcmp(key, "id") == 0)
 		{
 			if (val.type == jbvNull)
@@ -923,7 +945,7 @@ parse_batch_event(JsonbValue *elem, int i, EventInput *ev)
 	if (ev->data == NULL)
 		batch_error(index, "\"data\" is missing", "Use {} or null for an event without data.");
 	ev->metadata = esrc_trace_metadata(ev->metadata);
-	check_event_size(index, ev->data, ev->metadata);
+	check_event_size(index, ev->data, ev->metadata, ev->tags);
 }
 
 /* error context while parsing a batch: which element */
@@ -989,25 +1011,17 @@ check_duplicate_ids(int nevents, EventInput *events)
 }
 
 /*
- * esrc.append_batch(stream, events jsonb, expected_version)
+ * Parse and check an events array of append_batch or append_if: nothing is
+ * locked or written for bad input.
  */
-Datum
-esrc_append_batch(PG_FUNCTION_ARGS)
+EventInput *
+esrc_parse_batch(Jsonb *batch, int *nevents_out)
 {
-	char	   *stream;
-	Jsonb	   *batch;
 	int			nevents;
 	EventInput *events;
 	ErrorContextCallback errcallback;
 	int			i;
 
-	PreventCommandIfReadOnly("esrc.append_batch()");
-	stream = check_stream(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("events must not be null")));
-	batch = PG_GETARG_JSONB_P(1);
 	if (!JB_ROOT_IS_ARRAY(batch) || JB_ROOT_IS_SCALAR(batch))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -1018,7 +1032,6 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("events must not be an empty array")));
-	check_expected(PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2));
 
 	events = palloc(sizeof(EventInput) * nevents);
 	errcallback.callback = batch_error_context;
@@ -1030,10 +1043,42 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 	error_context_stack = errcallback.previous;
 
 	check_duplicate_ids(nevents, events);
+	*nevents_out = nevents;
+	return events;
+}
+
+/* append_events for esrc.append_if (query.c): the input is checked */
+int64
+esrc_append_checked(char *stream, int nevents, EventInput *events,
+					bool expected_isnull, int64 expected,
+					const DcbCondition *cond)
+{
+	return append_events(stream, nevents, events, expected_isnull, expected,
+						 false, cond);
+}
+
+/*
+ * esrc.append_batch(stream, events jsonb, expected_version)
+ */
+Datum
+esrc_append_batch(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	int			nevents;
+	EventInput *events;
+
+	PreventCommandIfReadOnly("esrc.append_batch()");
+	stream = esrc_check_stream_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("events must not be null")));
+	esrc_check_expected(PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2));
+	events = esrc_parse_batch(PG_GETARG_JSONB_P(1), &nevents);
 
 	PG_RETURN_INT64(append_events(stream, nevents, events, PG_ARGISNULL(2),
 								  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2),
-								  false));
+								  false, NULL));
 }
 
 /*

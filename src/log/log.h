@@ -4,7 +4,8 @@
  *	  The face of src/log/: the event log itself.  append.c (the
  *	  version-checked write path), read.c (the index scans and the read
  *	  functions), order.c (positions, the in-flight registry and the
- *	  commit-safe horizon), rules.c (the stream rules as reads and appends
+ *	  commit-safe horizon), standby.c (that horizon published for hot
+ *	  standbys, and read there), rules.c (the stream rules as reads and appends
  *	  apply them), redaction.c (the one update esrc.events allows, and
  *	  erased streams), logaccess.c (may a role read the log), trace.c (the
  *	  trace context of events), jsonsize.c.  The subsystems above the log
@@ -29,6 +30,8 @@
 #define ESRC_MAX_STREAM_NAME	512		/* bytes */
 #define ESRC_MAX_TYPE_NAME		256		/* bytes */
 #define ESRC_MAX_MEMBER_NAME	63		/* bytes; subscription and member names */
+#define ESRC_MAX_FILTER_TYPES	64		/* read_category's types */
+#define ESRC_MAX_FILTER_PARTITIONS 1024 /* read_category's partitions */
 
 /*
  * Default of esrc.max_event_size: 960 kB, below librdkafka's default
@@ -95,6 +98,17 @@ extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
 									int nhashes);
 
 /*
+ * standby.c: the horizon on a hot standby, from what the primary
+ * published (nhashes < 0: the global horizon); the publisher's setting,
+ * launcher and shared memory.
+ */
+extern int64 esrc_standby_horizon(const uint64 *hashes, int nhashes);
+extern int	esrc_standby_horizon_interval;
+extern void esrc_standby_init(void);
+extern Size esrc_standby_shmem_size(void);
+extern void esrc_standby_shmem_init(void);
+
+/*
  * locktag_field4 of esrc's heavyweight locks on names (advisory lock tags
  * on a 64-bit hash of the name; user advisory locks use 1 and 2).  In
  * pg_locks they show as locktype 'advisory' with objsubid 17747 (stream)
@@ -102,6 +116,9 @@ extern int64 esrc_safe_position_for(Oid seqoid, const uint64 *hashes,
  */
 #define ESRC_STREAM_LOCK_SPACE		0x4553
 #define ESRC_CATEGORY_LOCK_SPACE	0x4554
+
+/* partition.c: the partition of a stream among npartitions (murmur2) */
+extern int	esrc_stream_partition_of(const char *stream, int len, int npartitions);
 
 /* append.c: the lock tag of a stream or category name */
 struct LOCKTAG;
@@ -117,7 +134,10 @@ extern void esrc_name_locktag(struct LOCKTAG *tag, const char *name, uint16 spac
 #define Anum_events_id			7
 #define Anum_events_recorded_at 8
 #define Anum_events_category	9
-#define Natts_events			9
+#define Anum_events_tags		10
+#define Natts_events			10
+/* before ALTER EXTENSION esrc UPDATE to 0.3.0: no tags */
+#define Natts_events_min		9
 
 /* append.c: refuse an esrc.events whose columns are not those above */
 struct RelationData;
@@ -164,6 +184,16 @@ extern int64 esrc_append_system_event(const char *stream, const char *type,
  * esrc.event.
  */
 #define ESRC_EVENT_NATTS 8
+/*
+ * esrc.event since 0.3.0: those columns and tags (esrc.events' column
+ * Anum_events_tags).  Before ALTER EXTENSION esrc UPDATE it has
+ * ESRC_EVENT_NATTS columns; esrc_event_values fills either shape from a
+ * row of esrc.events, esrc_check_event_rowtype accepts either.
+ */
+#define ESRC_EVENT_NATTS_MAX 9
+extern void esrc_event_values(struct TupleTableSlot *slot, int natts,
+							  Datum *values, bool *isnull);
+extern void esrc_check_event_rowtype(TupleDesc desc);
 typedef enum EsrcLogOrder
 {
 	ESRC_LOG_BY_POSITION,		/* primary key (position) */

@@ -11,6 +11,9 @@
 #define ESRC_LOG_LOGINT_H
 
 #include "port/atomics.h"
+#include "utils/array.h"
+#include "utils/jsonb.h"
+#include "utils/uuid.h"
 #include "log/log.h"
 
 /*
@@ -63,6 +66,29 @@ typedef struct EsrcSharedState
 
 extern EsrcSharedState *esrc_shared;
 
+/*
+ * order.c, for the horizon publisher (standby.c): one reading of the
+ * registry of this database, R1 then R2-R3 and R2' of every entry (see
+ * order.c, "Hot standbys").  horizon is the global horizon; hashes and
+ * bounds (nentries, sorted by hash) the lowest bound per category hash;
+ * overflow_bound the lowest overflow_bound, 0 if none.
+ */
+typedef struct EsrcRegistryCapture
+{
+	int64		last_position;	/* M: last(seq) at R1 */
+	int64		horizon;		/* R3 */
+	int			nentries;
+	uint64	   *hashes;
+	uint64	   *bounds;
+	uint64		overflow_bound;
+} EsrcRegistryCapture;
+
+extern void esrc_capture_registry(Oid seqoid, EsrcRegistryCapture *cap);
+
+/* standby.c: the entry points of the horizon launcher and publishers */
+extern PGDLLEXPORT void esrc_horizon_launcher_main(Datum arg);
+extern PGDLLEXPORT void esrc_horizon_publisher_main(Datum arg);
+
 /* rulebound.c: append marks of the streams with rules */
 extern void esrc_mark_append(uint32 hash);
 extern uint64 esrc_mark_clock(void);
@@ -85,5 +111,79 @@ extern int64 esrc_bound_lookup(EsrcBound *e, uint32 hash, uint64 serial,
 extern void esrc_bound_store(EsrcBound *e, uint64 serial, uint64 mark,
 							 bool quiet, int64 first_visible,
 							 TimestampTz cut_after, TimestampTz cut_until);
+
+/*
+ * append.c: one event of an append, as checked from its input.  tags is a
+ * text[] datum (sorted, no duplicates) or 0 for an event without tags.
+ */
+typedef struct EventInput
+{
+	char	   *type;
+	Jsonb	   *data;
+	Jsonb	   *metadata;		/* NULL = none */
+	pg_uuid_t  *id;				/* NULL = generate */
+	Datum		tags;			/* text[]; 0 = none */
+} EventInput;
+
+/*
+ * query.c: a query of dynamic consistency boundaries (docs/dcb.md): items
+ * OR'd; within an item, the types OR'd (none: any type) and every tag
+ * required.  Names are C strings, sorted, without duplicates.
+ */
+typedef struct DcbItem
+{
+	int			ntypes;
+	char	  **types;
+	int			ntags;
+	char	  **tags;
+} DcbItem;
+
+typedef struct DcbQuery
+{
+	int			nitems;
+	DcbItem    *items;
+	Jsonb	   *source;			/* as given, for messages */
+} DcbQuery;
+
+/* the condition of esrc.append_if */
+typedef struct DcbCondition
+{
+	DcbQuery   *query;
+	int64		after;
+} DcbCondition;
+
+#define ESRC_MAX_TAGS			32		/* per event */
+#define ESRC_MAX_TAG_LEN		256		/* bytes */
+#define ESRC_MAX_QUERY_ITEMS	64
+#define ESRC_MAX_QUERY_NAMES	64		/* types or tags of one item */
+/* a condition scans the positions after its "after" when at most this many */
+#define ESRC_CONDITION_SCAN_SPAN	1000
+
+/*
+ * locktag_field4 of the (type, tag) key locks of tags.c, and the number of
+ * lock buckets the keys hash into: a transaction holds at most this many
+ * key locks, whatever it appends.
+ */
+#define ESRC_KEY_LOCK_SPACE		0x4555
+#define ESRC_KEY_LOCK_BUCKETS	1024
+
+/* append.c */
+extern EventInput *esrc_parse_batch(Jsonb *batch, int *nevents);
+extern int64 esrc_append_checked(char *stream, int nevents, EventInput *events,
+								 bool expected_isnull, int64 expected,
+								 const DcbCondition *cond);
+extern char *esrc_check_stream_name(text *value);
+extern void esrc_check_expected(bool isnull, int64 expected);
+
+/* tags.c */
+extern Datum esrc_tags_from_array(ArrayType *arr, const char *what);
+extern Datum esrc_tags_from_jsonb(JsonbValue *val, const char *what);
+extern char *esrc_check_tag(const char *s, int len, const char *what);
+extern Size esrc_tags_json_size(Datum tags);
+extern void esrc_lock_event_keys(int nevents, const EventInput *events,
+								 const DcbCondition *cond);
+
+/* query.c */
+extern void esrc_check_condition(const DcbCondition *cond, const char *stream);
 
 #endif							/* ESRC_LOG_LOGINT_H */

@@ -4,7 +4,8 @@
  *	  The in-flight registry and the safe read horizons: commit-safe global
  *	  order for read_all(), and per category for read_category() and the
  *	  long polls of subscriptions (subwait.c, woken from here at the end of
- *	  each transaction that appended).
+ *	  each transaction that appended); what the horizon publisher writes
+ *	  for hot standbys (standby.c), and the proof that it is enough.
  *
  * Event positions come from the sequence esrc.position_seq (CACHE 1, a
  * positive increment and NO CYCLE, so nextval() hands out strictly
@@ -141,6 +142,94 @@
  * its own: if T appended to A at 10, a reader of B returned 12, and T then
  * appends to B at 13, B's word is published at 13's C1 and bounds at 13 or
  * more, where T's min_position (10) would have dropped B's horizon to 9.
+ *
+ * Hot standbys (standby.c).  A standby has no registry of the primary's
+ * appends, and its copy of position_seq runs up to 32 values ahead of the
+ * primary's commits (sequences log ahead): it must learn the horizon from
+ * the primary, through WAL.  The primary's horizon publisher (one
+ * background worker per database that appends, woken from the end-of-append
+ * hook) runs esrc_capture_registry() -- R1 once, R2-R3 (the global horizon
+ * Hg) and R2' for every entry of every slot of the database, the values
+ * merged per category hash (the lowest) and the lowest overflow_bound --
+ * and, when that changed since its last row, overwrites the one row of
+ * esrc.standby_horizon in place (heap_inplace_update: one WAL record, no
+ * new row version, no transaction id) and flushes the WAL, so that
+ * walsenders send it (it never waits for a standby).  The row always
+ * takes Hg; it takes M and the categories (hash, lowest bound) only when
+ * at most 16 distinct categories are in flight, and otherwise keeps those
+ * of the last reading that fit.  At most one row per
+ * esrc.standby_horizon_interval (default 5 ms).  A reader on the standby
+ * copies the row under its buffer's share lock and returns Hg for the
+ * global horizon, and for a set S max(Hg, Hc(S)), Hc(S) = min(M, (bound of
+ * each hash of S) - 1, (overflow) - 1 when S is not empty) from the
+ * reading whose categories the row holds: R3' computed from that
+ * reading's values.  It then reads events under a snapshot taken later
+ * (R4).
+ *
+ * Claim (safety on a standby): every position p <= H of S belongs to a
+ * transaction T that either is visible to the reader's event snapshot or
+ * never becomes visible on any server fed by this WAL.  Take the reading
+ * C whose value gave H (Hg of one, or Hc(S) of one).  C is a reader of
+ * every S at once (it replaces the PENDINGs a reader of S would, and
+ * others, which any reader may do), so by the claims above T's outcome was
+ * visible on the primary before C ended: T had run
+ * ProcArrayEndTransaction, and, if it committed, had inserted its commit
+ * record before that (RecordTransactionCommit), so before the publisher
+ * inserted the record that wrote C's values.  The standby replays WAL in
+ * order; replay overwrites the tuple under the buffer's exclusive lock, so
+ * the values the reader copied come from replaying that record or a later
+ * one, after T's commit record was replayed, and a transaction becomes
+ * visible to standby snapshots when its commit record is replayed
+ * (xact_redo_commit).  The event snapshot is taken after the copy.  If T
+ * did not commit, no commit record of T ever follows, and a promotion ends
+ * it as aborted.  (Insertion order is WAL order, with synchronous_commit =
+ * off too.)
+ *
+ * Claim (monotonic on a standby): a call that starts after another
+ * returned H1 returns H2 >= H1.  One publisher per database writes at a
+ * time (standby.c: a publisher leaves before another starts, and writes
+ * nothing once leaving), and each reading starts after the previous write,
+ * so rows follow one another in WAL in the order of their readings, and
+ * each reading starts after the previous one returned: by the monotonic
+ * claims, Hg and Hc(S) of each S never drop from one reading to a later
+ * one, and the row only ever replaces them with those of a later reading.
+ * Replay is in WAL order and the second call copies the row after the
+ * first did, so it copies the same row or a later one.  A reader that
+ * moves to another standby may find it behind: it gets a lower H there,
+ * and so reads nothing new, but misses nothing: every event at or below H1
+ * is committed in the WAL both replay.
+ *
+ * Promotion: the promoted standby's own registry takes over.  Its
+ * position_seq (logged ahead) is >= every position whose WAL it replayed,
+ * so >= the M of every row it replayed; transactions of the old primary
+ * with no commit record replayed end as aborted at the end of recovery.
+ * So its first horizon is >= the last one it returned as a standby, and
+ * the claims above hold from there on.
+ *
+ * Why a row overwritten in place: a custom WAL resource manager would
+ * write about as little, but every server replaying that WAL would need
+ * esrc loaded (a standby without it stops replay at the first record), and
+ * pg_waldump and pg_rewind would not know the records.  A heap in-place
+ * update (what VACUUM writes into pg_class) is replayed, dumped and
+ * rewound like any other heap record, and logical decoding skips it; a
+ * standby without esrc preloaded replays it and refuses only esrc's reads
+ * (loading the library there raises "esrc must be loaded via
+ * shared_preload_libraries").  An ordinary UPDATE of the row would cost a
+ * transaction id and a commit record per row (200 a second at 5 ms: 17
+ * million xids a day) and, worse, its dead versions pruned on the primary
+ * would cancel (or stall the replay for up to max_standby_streaming_delay
+ * behind) every standby query of the database that runs longer than a
+ * prune cycle, a fraction of a second: in place there are no versions to
+ * prune.  The price: one WAL record of about 330 bytes per row, rows only
+ * while the registry changes (none when idle), at most 1000 /
+ * esrc.standby_horizon_interval a second, and a WAL flush each.  While no
+ * publisher writes (the setting at -1, a publisher failing, a database not
+ * appended to since its upgrade) a standby's horizons stay at the last
+ * row: safe, only stale.  The row names categories by esrc_category_hash
+ * (hash_bytes_extended, seed 0) in the server's byte order: primary and
+ * standby run the same PostgreSQL major on the same architecture, and a
+ * change of the hash or of the row's shape would be an upgrade of esrc's
+ * SQL, which replicates.
  *
  * What the proof takes from PostgreSQL, per major (re-read in the sources
  * of Debian's 15 and 18.6 packages; Debian's source of 17 could not be
@@ -515,39 +604,13 @@ esrc_sequence_last_value(Oid seqoid)
 }
 
 /*
- * A standby has no in-flight registry of the primary's appends, and its
- * copy of the sequence runs ahead of the primary's commits: a horizon
- * computed there would not be commit-safe.
+ * Steps R2 and R3 of the header comment, after R1 gave horizon = M: the
+ * horizon lowered below the lowest min_position of this database's slots.
  */
-static void
-check_not_in_recovery(void)
+static int64
+scan_global(Oid seqoid, int64 horizon)
 {
-	esrc_require_shared();
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the esrc read horizon is not available during recovery"),
-				 errdetail("esrc.read_all(), esrc.read_category() and esrc.safe_position() are commit-safe only on the primary, which tracks appends in flight."),
-				 errhint("Read global order on the primary, or use esrc.read_stream() on a standby.")));
-}
-
-/*
- * The safe read horizon H of this database (steps R1-R3): every event at a
- * position <= H is committed or rolled back, and visible as such to any
- * snapshot taken after this call returns, and H is never lower than what
- * an earlier call returned.  Takes no lock beyond the sequence's buffer
- * lock; O(max_connections), plus one read of the sequence per appender
- * caught between W1 and W2 (rare: that is one buffer read).
- */
-int64
-esrc_safe_position(Oid seqoid)
-{
-	int64		horizon;
 	int			i;
-
-	check_not_in_recovery();
-	horizon = esrc_sequence_last_value(seqoid);
-	pg_memory_barrier();
 
 	for (i = 0; i < esrc_shared->nslots; i++)
 	{
@@ -583,6 +646,28 @@ esrc_safe_position(Oid seqoid)
 }
 
 /*
+ * The safe read horizon H of this database (steps R1-R3): every event at a
+ * position <= H is committed or rolled back, and visible as such to any
+ * snapshot taken after this call returns, and H is never lower than what
+ * an earlier call returned.  Takes no lock beyond the sequence's buffer
+ * lock; O(max_connections), plus one read of the sequence per appender
+ * caught between W1 and W2 (rare: that is one buffer read).  On a hot
+ * standby, the horizon the primary published (standby.c).
+ */
+int64
+esrc_safe_position(Oid seqoid)
+{
+	int64		horizon;
+
+	esrc_require_shared();
+	if (RecoveryInProgress())
+		return esrc_standby_horizon(NULL, -1);
+	horizon = esrc_sequence_last_value(seqoid);
+	pg_memory_barrier();
+	return scan_global(seqoid, horizon);
+}
+
+/*
  * A category bound (entry bound or overflow_bound) for step R2': the value
  * the word shows, after replacing this database's PENDING by last(seq) + 1
  * as in R2.  0 when the word shows something no reader may use (another
@@ -610,6 +695,66 @@ category_bound(Oid seqoid, pg_atomic_uint64 *word)
 }
 
 /*
+ * Step R2' for one slot: false if the slot holds nothing back (free,
+ * another database's, or its transaction ended while we looked: a changed
+ * generation).  Otherwise the values of its entries whose hash is one of
+ * hashes[0 .. nhashes - 1] (every entry when nhashes < 0) go to
+ * ehash/ebound (*nentries of them), and that of overflow_bound, when the
+ * slot overflowed and nhashes != 0, to *overflow (0: none).
+ */
+static bool
+read_slot_categories(Oid seqoid, EsrcInflightSlot *slot,
+					 const uint64 *hashes, int nhashes,
+					 uint64 *ehash, uint64 *ebound, int *nentries,
+					 uint64 *overflow)
+{
+	uint64		gen = pg_atomic_read_u64(&slot->generation);
+	uint32		ncat;
+	int			n;
+	int			j;
+
+	*nentries = 0;
+	*overflow = 0;
+	pg_read_barrier();
+	ncat = pg_atomic_read_u32(&slot->ncategories);
+	if (ncat == 0)
+		return false;
+	/* dbid and the entries are written before ncategories */
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&slot->dbid) != MyDatabaseId)
+		return false;
+	n = Min((int) (ncat & ~ESRC_SLOT_OVERFLOW), ESRC_SLOT_CATEGORIES);
+
+	for (j = 0; j < n; j++)
+	{
+		EsrcInflightCategory *entry = &slot->categories[j];
+		uint64		hash = pg_atomic_read_u64(&entry->hash);
+		bool		wanted = nhashes < 0;
+		int			k;
+
+		for (k = 0; k < nhashes && !wanted; k++)
+			wanted = hashes[k] == hash;
+		if (wanted)
+		{
+			uint64		b = category_bound(seqoid, &entry->bound);
+
+			if (b != 0)
+			{
+				ehash[*nentries] = hash;
+				ebound[*nentries] = b;
+				(*nentries)++;
+			}
+		}
+	}
+	if ((ncat & ESRC_SLOT_OVERFLOW) && nhashes != 0)
+		*overflow = category_bound(seqoid, &slot->overflow_bound);
+
+	/* a transaction that ended while we looked holds nothing back */
+	pg_read_barrier();
+	return pg_atomic_read_u64(&slot->generation) == gen;
+}
+
+/*
  * The safe read horizon of this database for a reader of the categories
  * hashes[0 .. nhashes - 1] (esrc_category_hash; duplicates are harmless):
  * like esrc_safe_position(), but only transactions that may append to one
@@ -619,7 +764,7 @@ category_bound(Oid seqoid, pg_atomic_uint64 *word)
  * snapshot taken after the call, and a later call for the same set never
  * returns less.  nhashes 0 gives last(seq).  Same costs as
  * esrc_safe_position(), times the compares of nhashes with each busy
- * slot's categories.
+ * slot's categories.  On a hot standby, from what the primary published.
  */
 int64
 esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
@@ -627,7 +772,9 @@ esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
 	int64		horizon;
 	int			i;
 
-	check_not_in_recovery();
+	esrc_require_shared();
+	if (RecoveryInProgress())
+		return esrc_standby_horizon(hashes, nhashes);
 
 	/* R1' */
 	horizon = esrc_sequence_last_value(seqoid);
@@ -635,59 +782,97 @@ esrc_safe_position_for(Oid seqoid, const uint64 *hashes, int nhashes)
 
 	for (i = 0; i < esrc_shared->nslots; i++)
 	{
-		EsrcInflightSlot *slot = &esrc_shared->inflight[i];
-		uint64		gen = pg_atomic_read_u64(&slot->generation);
-		uint32		ncat;
+		uint64		ehash[ESRC_SLOT_CATEGORIES];
+		uint64		ebound[ESRC_SLOT_CATEGORIES];
+		uint64		overflow;
 		int			n;
 		int			j;
-		uint64		lowest = PG_UINT64_MAX;
-
-		pg_read_barrier();
-		ncat = pg_atomic_read_u32(&slot->ncategories);
-		if (ncat == 0)
-			continue;
-		/* dbid and the entries are written before ncategories */
-		pg_read_barrier();
-		if (pg_atomic_read_u32(&slot->dbid) != MyDatabaseId)
-			continue;
-		n = Min((int) (ncat & ~ESRC_SLOT_OVERFLOW), ESRC_SLOT_CATEGORIES);
 
 		/* R2' */
-		for (j = 0; j < n; j++)
-		{
-			EsrcInflightCategory *entry = &slot->categories[j];
-			uint64		hash = pg_atomic_read_u64(&entry->hash);
-			int			k;
-
-			for (k = 0; k < nhashes; k++)
-			{
-				if (hashes[k] == hash)
-				{
-					uint64		b = category_bound(seqoid, &entry->bound);
-
-					if (b != 0 && b < lowest)
-						lowest = b;
-					break;
-				}
-			}
-		}
-		if ((ncat & ESRC_SLOT_OVERFLOW) && nhashes > 0)
-		{
-			uint64		b = category_bound(seqoid, &slot->overflow_bound);
-
-			if (b != 0 && b < lowest)
-				lowest = b;
-		}
-
-		/* a transaction that ended while we looked holds nothing back */
-		pg_read_barrier();
-		if (pg_atomic_read_u64(&slot->generation) != gen)
+		if (!read_slot_categories(seqoid, &esrc_shared->inflight[i],
+								  hashes, nhashes, ehash, ebound, &n, &overflow))
 			continue;
 		/* R3' */
-		if (lowest != PG_UINT64_MAX && (int64) lowest - 1 < horizon)
-			horizon = (int64) lowest - 1;
+		if (overflow != 0 && (int64) overflow - 1 < horizon)
+			horizon = (int64) overflow - 1;
+		for (j = 0; j < n; j++)
+			if ((int64) ebound[j] - 1 < horizon)
+				horizon = (int64) ebound[j] - 1;
 	}
 	return horizon;
+}
+
+/*
+ * What the horizon publisher (standby.c) writes for the standbys: R1 once,
+ * then R2-R3 (cap->horizon, the global horizon) and R2' for every entry of
+ * every slot of this database, the values merged per hash (the lowest)
+ * into cap->hashes/bounds, sorted by hash, and the lowest overflow_bound
+ * (0: none).  A reader of S on a standby then computes R3' from these
+ * exactly as a reader of S here would have from the same reads (see the
+ * header, "Hot standbys").  The arrays are palloc'd here.
+ */
+void
+esrc_capture_registry(Oid seqoid, EsrcRegistryCapture *cap)
+{
+	int			max = esrc_shared->nslots * ESRC_SLOT_CATEGORIES;
+	int			i;
+
+	esrc_require_shared();
+	cap->hashes = palloc(sizeof(uint64) * max);
+	cap->bounds = palloc(sizeof(uint64) * max);
+	cap->nentries = 0;
+	cap->overflow_bound = 0;
+
+	/* R1 (= R1') */
+	cap->last_position = esrc_sequence_last_value(seqoid);
+	pg_memory_barrier();
+	cap->horizon = scan_global(seqoid, cap->last_position);
+
+	for (i = 0; i < esrc_shared->nslots; i++)
+	{
+		uint64		ehash[ESRC_SLOT_CATEGORIES];
+		uint64		ebound[ESRC_SLOT_CATEGORIES];
+		uint64		overflow;
+		int			n;
+		int			j;
+
+		if (!read_slot_categories(seqoid, &esrc_shared->inflight[i],
+								  NULL, -1, ehash, ebound, &n, &overflow))
+			continue;
+		if (overflow != 0 &&
+			(cap->overflow_bound == 0 || overflow < cap->overflow_bound))
+			cap->overflow_bound = overflow;
+		for (j = 0; j < n; j++)
+		{
+			int			k;
+
+			for (k = 0; k < cap->nentries && cap->hashes[k] != ehash[j]; k++)
+				;
+			if (k == cap->nentries)
+			{
+				cap->hashes[k] = ehash[j];
+				cap->bounds[k] = ebound[j];
+				cap->nentries++;
+			}
+			else if (ebound[j] < cap->bounds[k])
+				cap->bounds[k] = ebound[j];
+		}
+	}
+	/* sorted by hash, so that two captures compare entry by entry */
+	for (i = 1; i < cap->nentries; i++)
+	{
+		uint64		h = cap->hashes[i];
+		uint64		b = cap->bounds[i];
+		int			k = i - 1;
+
+		for (; k >= 0 && cap->hashes[k] > h; k--)
+		{
+			cap->hashes[k + 1] = cap->hashes[k];
+			cap->bounds[k + 1] = cap->bounds[k];
+		}
+		cap->hashes[k + 1] = h;
+		cap->bounds[k + 1] = b;
+	}
 }
 
 /*

@@ -356,9 +356,50 @@ limit_arg(FunctionCallInfo fcinfo, int argno)
  * towards the limit).  With latest, the scan runs under a snapshot taken
  * now (global reads); otherwise under the caller's snapshot rules.
  */
+/*
+ * read_category's filters: the event types (ntypes 0: every type) and the
+ * member of a consumer group, partition of partitions (partitions 0:
+ * every stream), by esrc.stream_partition (partition.c).
+ */
+typedef struct ReadFilter
+{
+	int			ntypes;
+	text	  **types;
+	int			partition;
+	int			partitions;
+} ReadFilter;
+
+static bool
+filter_passes(const ReadFilter *f, TupleTableSlot *slot)
+{
+	if (f->ntypes > 0)
+	{
+		text	   *type = DatumGetTextPP(slot->tts_values[Anum_events_type - 1]);
+		bool		found = false;
+		int			i;
+
+		for (i = 0; i < f->ntypes && !found; i++)
+			found = VARSIZE_ANY_EXHDR(type) == VARSIZE_ANY_EXHDR(f->types[i]) &&
+				memcmp(VARDATA_ANY(type), VARDATA_ANY(f->types[i]),
+					   VARSIZE_ANY_EXHDR(type)) == 0;
+		if (!found)
+			return false;
+	}
+	if (f->partitions > 0)
+	{
+		text	   *stream = DatumGetTextPP(slot->tts_values[Anum_events_stream - 1]);
+
+		if (esrc_stream_partition_of(VARDATA_ANY(stream), VARSIZE_ANY_EXHDR(stream),
+									 f->partitions) != f->partition)
+			return false;
+	}
+	return true;
+}
+
 static void
 run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
-		 int64 hi, ScanDirection dir, int64 limit, bool latest)
+		 int64 hi, ScanDirection dir, int64 limit, bool latest,
+		 const ReadFilter *filter)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TupleDesc	desc;
@@ -369,7 +410,6 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 	EsrcRulesToken tok;
 	bool		fresh;
 	int64		count = 0;
-	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	desc = rsinfo->setDesc;
@@ -392,19 +432,19 @@ run_read(FunctionCallInfo fcinfo, EsrcLogOrder order, Datum key, int64 lo,
 		rules = NULL;
 	}
 	scan = esrc_log_begin(order, key, lo, hi, dir, snap);
-	/* esrc.event is the first ESRC_EVENT_NATTS columns of esrc.events */
-	if (desc->natts != ESRC_EVENT_NATTS)
-		elog(ERROR, "esrc.event has an unexpected row type");
-	for (i = 0; i < ESRC_EVENT_NATTS; i++)
-		if (TupleDescAttr(desc, i)->atttypid !=
-			TupleDescAttr(RelationGetDescr(scan->rel), i)->atttypid)
-			elog(ERROR, "esrc.event has an unexpected row type");
+	esrc_check_event_rowtype(desc);
 
 	while ((limit < 0 || count < limit) && (slot = esrc_log_next(scan)) != NULL)
 	{
+		Datum		values[ESRC_EVENT_NATTS_MAX];
+		bool		isnull[ESRC_EVENT_NATTS_MAX];
+
 		if (rules != NULL && !esrc_rules_visible(rules, slot))
 			continue;
-		tuplestore_putvalues(rsinfo->setResult, desc, slot->tts_values, slot->tts_isnull);
+		if (filter != NULL && !filter_passes(filter, slot))
+			continue;
+		esrc_event_values(slot, desc->natts, values, isnull);
+		tuplestore_putvalues(rsinfo->setResult, desc, values, isnull);
 		count++;
 	}
 	esrc_log_end(scan);
@@ -427,7 +467,7 @@ esrc_read_stream(PG_FUNCTION_ARGS)
 	check_non_negative("from_version", from);
 	limit = limit_arg(fcinfo, 2);
 	run_read(fcinfo, ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream), from,
-			 PG_INT64_MAX, ForwardScanDirection, limit, false);
+			 PG_INT64_MAX, ForwardScanDirection, limit, false, NULL);
 	return (Datum) 0;
 }
 
@@ -446,8 +486,46 @@ esrc_read_stream_backward(PG_FUNCTION_ARGS)
 	check_non_negative("from_version", from);
 	limit = limit_arg(fcinfo, 2);
 	run_read(fcinfo, ESRC_LOG_BY_STREAM, CStringGetTextDatum(stream), 0,
-			 from, BackwardScanDirection, limit, false);
+			 from, BackwardScanDirection, limit, false, NULL);
 	return (Datum) 0;
+}
+
+/*
+ * The columns of an esrc.event of natts columns (ESRC_EVENT_NATTS, or
+ * ESRC_EVENT_NATTS_MAX with tags) from a row of esrc.events in slot (all
+ * columns deformed): its first ESRC_EVENT_NATTS columns, then its tags
+ * (null when esrc.events has no tags column yet, before the update).
+ */
+void
+esrc_event_values(TupleTableSlot *slot, int natts, Datum *values, bool *isnull)
+{
+	memcpy(values, slot->tts_values, sizeof(Datum) * ESRC_EVENT_NATTS);
+	memcpy(isnull, slot->tts_isnull, sizeof(bool) * ESRC_EVENT_NATTS);
+	if (natts > ESRC_EVENT_NATTS)
+	{
+		bool		has = slot->tts_tupleDescriptor->natts >= Anum_events_tags;
+
+		values[ESRC_EVENT_NATTS] = has ? slot->tts_values[Anum_events_tags - 1] : (Datum) 0;
+		isnull[ESRC_EVENT_NATTS] = has ? slot->tts_isnull[Anum_events_tags - 1] : true;
+	}
+}
+
+/*
+ * desc is esrc.event: the first ESRC_EVENT_NATTS columns of esrc.events
+ * (by type), and tags (text[]) or not (before the update).
+ */
+void
+esrc_check_event_rowtype(TupleDesc desc)
+{
+	static const Oid types[ESRC_EVENT_NATTS_MAX] = {INT8OID, TEXTOID, INT8OID, TEXTOID,
+	JSONBOID, JSONBOID, UUIDOID, TIMESTAMPTZOID, TEXTARRAYOID};
+	int			i;
+
+	if (desc->natts != ESRC_EVENT_NATTS && desc->natts != ESRC_EVENT_NATTS_MAX)
+		elog(ERROR, "esrc.event has an unexpected row type");
+	for (i = 0; i < desc->natts; i++)
+		if (TupleDescAttr(desc, i)->atttypid != types[i])
+			elog(ERROR, "esrc.event has an unexpected row type");
 }
 
 /*
@@ -455,7 +533,8 @@ esrc_read_stream_backward(PG_FUNCTION_ARGS)
  * oldest first.
  */
 static void
-global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category)
+global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category,
+			const ReadFilter *filter)
 {
 	int			afterarg = order == ESRC_LOG_BY_POSITION ? 0 : 1;
 	int64		after = PG_ARGISNULL(afterarg) ? 0 : PG_GETARG_INT64(afterarg);
@@ -485,7 +564,8 @@ global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category)
 		horizon = esrc_safe_position(esrc_relation_oid("position_seq"));
 	/* position > after; after + 1 cannot overflow past the horizon */
 	run_read(fcinfo, order, key, after == PG_INT64_MAX ? PG_INT64_MAX : after + 1,
-			 after == PG_INT64_MAX ? 0 : horizon, ForwardScanDirection, limit, true);
+			 after == PG_INT64_MAX ? 0 : horizon, ForwardScanDirection, limit, true,
+			 filter);
 }
 
 /*
@@ -494,18 +574,75 @@ global_read(FunctionCallInfo fcinfo, EsrcLogOrder order, text *category)
 Datum
 esrc_read_all(PG_FUNCTION_ARGS)
 {
-	global_read(fcinfo, ESRC_LOG_BY_POSITION, NULL);
+	global_read(fcinfo, ESRC_LOG_BY_POSITION, NULL, NULL);
 	return (Datum) 0;
 }
 
 /*
+ * read_category's filter arguments: types (argument 3), partition and
+ * partitions (4, 5).  The 0.2.0 function has three arguments.
+ */
+static ReadFilter *
+category_filter(FunctionCallInfo fcinfo)
+{
+	ReadFilter *f = palloc0(sizeof(ReadFilter));
+
+	if (PG_NARGS() < 6)
+		return f;
+	if (!PG_ARGISNULL(3))
+	{
+		Datum	   *elems;
+		bool	   *nulls;
+		int			i;
+
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(3), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &nulls, &f->ntypes);
+		if (f->ntypes == 0 || f->ntypes > ESRC_MAX_FILTER_TYPES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("types must have 1 to %d elements", ESRC_MAX_FILTER_TYPES),
+					 errhint("Use null for every type.")));
+		f->types = palloc(sizeof(text *) * f->ntypes);
+		for (i = 0; i < f->ntypes; i++)
+		{
+			f->types[i] = nulls[i] ? NULL : DatumGetTextPP(elems[i]);
+			(void) esrc_check_name(f->types[i], "event type of types", ESRC_MAX_TYPE_NAME);
+		}
+	}
+	if (PG_ARGISNULL(4) != PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("partition and partitions must both be given, or both be null")));
+	if (!PG_ARGISNULL(5))
+	{
+		f->partitions = PG_GETARG_INT32(5);
+		f->partition = PG_GETARG_INT32(4);
+		if (f->partitions < 1 || f->partitions > ESRC_MAX_FILTER_PARTITIONS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("partitions must be between 1 and %d", ESRC_MAX_FILTER_PARTITIONS),
+					 errdetail("The value given was %d.", f->partitions)));
+		if (f->partition < 0 || f->partition >= f->partitions)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("partition must be between 0 and partitions - 1"),
+					 errdetail("The value given was %d, with %d partitions.",
+							   f->partition, f->partitions)));
+	}
+	return f;
+}
+
+/*
  * esrc.read_category(category, after_position DEFAULT 0, max_count DEFAULT
- * 1000)
+ * 1000, types DEFAULT NULL, partition DEFAULT NULL, partitions DEFAULT NULL)
  */
 Datum
 esrc_read_category(PG_FUNCTION_ARGS)
 {
-	global_read(fcinfo, ESRC_LOG_BY_CATEGORY, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	text	   *category = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	ReadFilter *filter = category_filter(fcinfo);
+
+	global_read(fcinfo, ESRC_LOG_BY_CATEGORY, category, filter);
 	return (Datum) 0;
 }
 

@@ -102,10 +102,10 @@ esrc_erasure_permits(TriggerData *trigdata)
 		RelationGetRelid(trigdata->tg_relation) != erase_window.relid ||
 		oldtup == NULL || newtup == NULL ||
 		!ItemPointerEquals(&oldtup->t_self, &erase_window.tid) ||
-		desc->natts != Natts_events)
+		desc->natts < Natts_events_min)
 		return false;
 
-	for (i = 1; i <= Natts_events; i++)
+	for (i = 1; i <= desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i - 1);
 		bool		oldnull;

@@ -445,8 +445,8 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 	Datum		stream;
 	char	   *stream_str;
 	int64		version;
-	Datum		evvalues[EVENT_NATTS];
-	bool		evnulls[EVENT_NATTS];
+	Datum		evvalues[ESRC_EVENT_NATTS_MAX];
+	bool		evnulls[ESRC_EVENT_NATTS_MAX];
 	Datum		event;
 	Snapshot	snap;
 	TimestampTz now;
@@ -510,7 +510,7 @@ esrc_apply_snapshots(PG_FUNCTION_ARGS)
 		return PointerGetDatum(NULL);
 
 	version = DatumGetInt64(heap_getattr(tuple, attno(desc, "version"), desc, &isnull));
-	for (i = 0; i < EVENT_NATTS; i++)
+	for (i = 0; i < snap_cache.event_desc->natts; i++)
 		evvalues[i] = heap_getattr(tuple,
 								   attno(desc, NameStr(TupleDescAttr(snap_cache.event_desc, i)->attname)),
 								   desc, &evnulls[i]);

@@ -134,8 +134,8 @@ snap_fold_sorted(Fold *f, Snapshot snap, int64 hi, SnapRowWriter write, void *ar
 	while ((slot = esrc_log_next(scan)) != NULL)
 	{
 		ExecClearTuple(inslot);
-		memcpy(inslot->tts_values, slot->tts_values, sizeof(Datum) * EVENT_NATTS);
-		memcpy(inslot->tts_isnull, slot->tts_isnull, sizeof(bool) * EVENT_NATTS);
+		esrc_event_values(slot, snap_cache.event_desc->natts, inslot->tts_values,
+						  inslot->tts_isnull);
 		ExecStoreVirtualTuple(inslot);
 		tuplesort_puttupleslot(sort, inslot);
 	}

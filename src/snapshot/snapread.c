@@ -257,7 +257,13 @@ esrc_snapshot_at(PG_FUNCTION_ARGS)
 		TupleTableSlot *slot;
 
 		while ((slot = esrc_log_next(scan)) != NULL)
-			snap_fold_apply(&f, slot->tts_values, slot->tts_isnull);
+		{
+			Datum		values[ESRC_EVENT_NATTS_MAX];
+			bool		isnull[ESRC_EVENT_NATTS_MAX];
+
+			esrc_event_values(slot, snap_cache.event_desc->natts, values, isnull);
+			snap_fold_apply(&f, values, isnull);
+		}
 	}
 	PG_FINALLY();
 	{

@@ -247,6 +247,8 @@ catch_up_event(Rebuild *rb, Fold *f, TupleTableSlot *slot)
 	Datum		args[4];
 	bool		found;
 	int			rc;
+	Datum		evvalues[ESRC_EVENT_NATTS_MAX];
+	bool		evnulls[ESRC_EVENT_NATTS_MAX];
 
 	args[0] = slot->tts_values[1];
 	rc = run_plan_as_owner(rb, NEWHEAP_SELECT, args);
@@ -284,7 +286,8 @@ catch_up_event(Rebuild *rb, Fold *f, TupleTableSlot *slot)
 	}
 	SPI_freetuptable(SPI_tuptable);
 
-	snap_fold_apply(f, slot->tts_values, slot->tts_isnull);
+	esrc_event_values(slot, snap_cache.event_desc->natts, evvalues, evnulls);
+	snap_fold_apply(f, evvalues, evnulls);
 
 	args[1] = Int64GetDatum(f->next_version - 1);
 	args[2] = f->state;

@@ -504,9 +504,7 @@ build_cache(void)
 
 	snap_cache.event_typid = esrc_event_type_oid();
 	snap_cache.event_desc = lookup_rowtype_tupdesc_copy(snap_cache.event_typid, -1);
-	if (snap_cache.event_desc->natts != EVENT_NATTS)
-		elog(ERROR, "type esrc.event has %d attributes, expected %d",
-			 snap_cache.event_desc->natts, EVENT_NATTS);
+	esrc_check_event_rowtype(snap_cache.event_desc);
 
 	snap_cache.defs = palloc(sizeof(SnapshotDef) * alloc);
 	rel = table_open(snap_cache.catalog_relid, AccessShareLock);
@@ -747,7 +745,7 @@ snap_call_reducer(SnapshotDef *def, Datum state, Datum event)
 	return result;
 }
 
-/* Build an esrc.event datum (CurrentMemoryContext) from its 8 columns. */
+/* Build an esrc.event datum (CurrentMemoryContext) from its columns. */
 Datum
 snap_make_event(Datum *values, bool *nulls)
 {

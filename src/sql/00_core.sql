@@ -82,11 +82,21 @@ CREATE TABLE esrc.events (
     id          uuid        NOT NULL,
     recorded_at timestamptz NOT NULL,
     category    text        NOT NULL,
+    tags        text[],
     CONSTRAINT events_pkey PRIMARY KEY (position),
     CONSTRAINT events_stream_version_key UNIQUE (stream, version),
     CONSTRAINT events_id_key UNIQUE (id)
 );
 CREATE INDEX events_category_position_idx ON esrc.events (category, position);
+-- Reads by tag (esrc.read_query, esrc.append_if's condition): untagged
+-- events (tags null) are not in the index and cost it nothing.  New
+-- entries go to GIN's pending list (cheap appends), kept at 256 kB at most
+-- (gin_pending_list_limit; the default is 4 MB), so that what a read by
+-- tag scans besides the index stays small and bounded.
+CREATE INDEX events_tags_idx ON esrc.events USING gin (tags) WITH (gin_pending_list_limit = 256)
+    WHERE tags IS NOT NULL;
+COMMENT ON COLUMN esrc.events.tags IS
+    'The event''s tags (dynamic consistency boundaries, docs/dcb.md); null for an event without tags.';
 ALTER SEQUENCE esrc.position_seq OWNED BY esrc.events.position;
 COMMENT ON TABLE esrc.events IS
     'The append-only event log.  Write with esrc.append/esrc.append_batch; UPDATE, DELETE and TRUNCATE are refused.';
@@ -103,7 +113,8 @@ CREATE TYPE esrc.event AS (
     data        jsonb,
     metadata    jsonb,
     id          uuid,
-    recorded_at timestamptz
+    recorded_at timestamptz,
+    tags        text[]
 );
 COMMENT ON TYPE esrc.event IS 'One event as returned by the read functions.';
 
@@ -141,12 +152,13 @@ CREATE FUNCTION esrc.append(
     data jsonb,
     metadata jsonb DEFAULT NULL,
     expected_version bigint DEFAULT NULL,
-    id uuid DEFAULT NULL)
+    id uuid DEFAULT NULL,
+    tags text[] DEFAULT NULL)
 RETURNS bigint
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     AS 'MODULE_PATHNAME', 'esrc_append';
-COMMENT ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid) IS
-    'Append one event to a stream and return the stream''s new version; raises 40001 when expected_version does not match.';
+COMMENT ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, text[]) IS
+    'Append one event (with optional tags) to a stream and return the stream''s new version; raises 40001 when expected_version does not match.';
 
 CREATE FUNCTION esrc.append_batch(
     stream text,
@@ -157,6 +169,17 @@ RETURNS bigint
     AS 'MODULE_PATHNAME', 'esrc_append_batch';
 COMMENT ON FUNCTION esrc.append_batch(text, jsonb, bigint) IS
     'Append a JSON array of events to a stream atomically with consecutive versions; returns the stream''s new version.';
+
+CREATE FUNCTION esrc.append_if(
+    stream text,
+    events jsonb,
+    condition jsonb,
+    expected_version bigint DEFAULT NULL)
+RETURNS bigint
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    AS 'MODULE_PATHNAME', 'esrc_append_if';
+COMMENT ON FUNCTION esrc.append_if(text, jsonb, jsonb, bigint) IS
+    'append_batch with a condition {"fail_if_events_match": query, "after": position}: raises 40001 when an event matching the query exists after the position (docs/dcb.md).';
 
 ------------------------------------------------------------------------
 -- Reading
@@ -203,13 +226,36 @@ COMMENT ON FUNCTION esrc.read_all(bigint, int) IS
 CREATE FUNCTION esrc.read_category(
     category text,
     after_position bigint DEFAULT 0,
-    max_count int DEFAULT 1000)
+    max_count int DEFAULT 1000,
+    types text[] DEFAULT NULL,
+    "partition" int DEFAULT NULL,
+    partitions int DEFAULT NULL)
 RETURNS SETOF esrc.event
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1000
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_read_category';
-COMMENT ON FUNCTION esrc.read_category(text, bigint, int) IS
-    'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order.';
+COMMENT ON FUNCTION esrc.read_category(text, bigint, int, text[], int, int) IS
+    'Committed events of one category (stream name prefix before the first "-") after a global position, in commit-safe order; only of the given types, and only of the streams of one partition of partitions (esrc.stream_partition), when given.';
+
+CREATE FUNCTION esrc.read_query(
+    query jsonb,
+    after bigint DEFAULT 0,
+    max_count int DEFAULT NULL,
+    up_to bigint DEFAULT NULL)
+RETURNS SETOF esrc.event
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 100
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_read_query';
+COMMENT ON FUNCTION esrc.read_query(jsonb, bigint, int, bigint) IS
+    'Committed events matching a query (items OR''d; within an item types OR''d and every tag required) after a position and up to up_to (null = esrc.safe_position()), in position order (docs/dcb.md).';
+
+CREATE FUNCTION esrc.explain_query(query jsonb)
+RETURNS SETOF text
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 10
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_explain_query';
+COMMENT ON FUNCTION esrc.explain_query(jsonb) IS
+    'The plan (EXPLAIN, costs off) of the statement esrc.read_query and esrc.append_if run for a query.';
 
 CREATE FUNCTION esrc.safe_position() RETURNS bigint
     LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
@@ -249,18 +295,48 @@ COMMENT ON VIEW esrc.streams IS
 GRANT SELECT ON esrc.streams TO esrc_reader;
 GRANT SELECT ON esrc.inflight_appends TO esrc_reader;
 
+-- The primary's read horizon for its hot standbys (src/log/standby.c):
+-- one row, overwritten in place (no new row version, no transaction id)
+-- by the horizon publisher, a background worker per database that
+-- appends, when the in-flight registry changed; a standby computes
+-- read_all's, read_category's and safe_position's horizons from what it
+-- has replayed of it.  categories holds up to 16 (hash, bound) pairs of
+-- appends in flight, ncategories of them in use.  Not for applications
+-- to write.
+CREATE TABLE esrc.standby_horizon (
+    singleton      boolean     NOT NULL DEFAULT true CHECK (singleton),
+    published_at   timestamptz NOT NULL,
+    horizon        bigint      NOT NULL,
+    last_position  bigint      NOT NULL,
+    overflow_bound bigint      NOT NULL,
+    ncategories    integer     NOT NULL,
+    categories     bytea       NOT NULL,
+    CONSTRAINT standby_horizon_pkey PRIMARY KEY (singleton)
+);
+-- a fixed length, never compressed: the publisher overwrites it in place
+ALTER TABLE esrc.standby_horizon ALTER COLUMN categories SET STORAGE PLAIN;
+INSERT INTO esrc.standby_horizon
+    VALUES (true, pg_catalog.now(), 0, 0, 0, 0, pg_catalog.decode(pg_catalog.repeat('00', 256), 'hex'));
+COMMENT ON TABLE esrc.standby_horizon IS
+    'The horizon the primary publishes for reads on hot standbys: the global horizon, and last(position_seq), the lowest bound per category hash of appends in flight and the lowest overflow bound of one reading of the registry.  Written in place by the horizon publisher only.';
+REVOKE ALL ON esrc.standby_horizon FROM PUBLIC;
+GRANT SELECT ON esrc.standby_horizon TO esrc_reader;
+
 ------------------------------------------------------------------------
 -- Privileges on functions: nothing for PUBLIC.
 ------------------------------------------------------------------------
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA esrc FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid),
-                          esrc.append_batch(text, jsonb, bigint)
+GRANT EXECUTE ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, text[]),
+                          esrc.append_batch(text, jsonb, bigint),
+                          esrc.append_if(text, jsonb, jsonb, bigint)
     TO esrc_writer;
 GRANT EXECUTE ON FUNCTION esrc.stream_version(text),
                           esrc.read_stream(text, bigint, int),
                           esrc.read_stream_backward(text, bigint, int),
                           esrc.read_all(bigint, int),
-                          esrc.read_category(text, bigint, int),
+                          esrc.read_category(text, bigint, int, text[], int, int),
+                          esrc.read_query(jsonb, bigint, int, bigint),
+                          esrc.explain_query(jsonb),
                           esrc.safe_position(),
                           esrc.inflight_appends_internal()
     TO esrc_reader;

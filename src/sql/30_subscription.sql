@@ -24,6 +24,7 @@ CREATE TABLE esrc.subscriptions (
     consumers   regrole[]   NOT NULL DEFAULT '{}',
     projection  boolean     NOT NULL DEFAULT false,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    tags        text[],
     CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
     CONSTRAINT subscriptions_name_key UNIQUE (name)
 );
@@ -33,6 +34,7 @@ COMMENT ON TABLE esrc.subscriptions IS
 COMMENT ON COLUMN esrc.subscriptions.categories IS 'Categories followed; null = all.';
 COMMENT ON COLUMN esrc.subscriptions.types IS 'Event types delivered; null = all.  Other events still advance the checkpoints.';
 COMMENT ON COLUMN esrc.subscriptions.metadata IS 'Only events whose metadata @> this are delivered; null = no filter.';
+COMMENT ON COLUMN esrc.subscriptions.tags IS 'Only events that carry every one of these tags are delivered; null = no filter.';
 COMMENT ON COLUMN esrc.subscriptions.consumers IS 'Roles besides the owner that may poll and ack (esrc.grant_subscription).';
 COMMENT ON COLUMN esrc.subscriptions.projection IS 'The subscription of a projection (named projection:<name>), polled by its workers only.';
 
@@ -66,13 +68,14 @@ CREATE FUNCTION esrc.create_subscription(
     partitions integer DEFAULT 1,
     start text DEFAULT 'beginning',
     types text[] DEFAULT NULL,
-    metadata jsonb DEFAULT NULL)
+    metadata jsonb DEFAULT NULL,
+    tags text[] DEFAULT NULL)
 RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'esrc_create_subscription';
-COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb) IS
-    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type and metadata filters.';
+COMMENT ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]) IS
+    'Create a subscription of some categories (null = all) with a number of partitions, starting at the beginning, the end or after a position; optional type, metadata and tag filters.';
 
 CREATE FUNCTION esrc.drop_subscription(name text) RETURNS void
     LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
@@ -154,7 +157,7 @@ CREATE VIEW esrc.subscription_status AS
 COMMENT ON VIEW esrc.subscription_status IS
     'Per subscription and partition: the member holding it and until when, its checkpoint, and the events (and seconds, the age of the oldest) not yet acknowledged.  Scans those events.';
 
-REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb),
+REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]),
                        esrc.drop_subscription(text),
                        esrc.reset_subscription(text, bigint),
                        esrc.grant_subscription(text, regrole),
@@ -164,7 +167,7 @@ REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, tex
                        esrc.stream_partition(text, integer),
                        esrc.subscription_status_internal()
     FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb),
+GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[]),
                           esrc.drop_subscription(text),
                           esrc.reset_subscription(text, bigint),
                           esrc.grant_subscription(text, regrole),

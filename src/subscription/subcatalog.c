@@ -93,54 +93,11 @@ esrc_subscription_init(void)
  * ----------------------------------------------------------------
  */
 
-/*
- * MurmurHash2 as Kafka's Java client computes it for record keys
- * (org.apache.kafka.common.utils.Utils.murmur2: seed 0x9747b28c, 4-byte
- * little-endian blocks), which librdkafka's "murmur2" partitioners use
- * too.
- */
-uint32
-murmur2(const unsigned char *data, int len)
-{
-	const uint32 m = 0x5bd1e995;
-	const int	r = 24;
-	uint32		h = 0x9747b28c ^ (uint32) len;
-	int			i = 0;
-
-	for (; i + 4 <= len; i += 4)
-	{
-		uint32		k = (uint32) data[i] | ((uint32) data[i + 1] << 8) |
-			((uint32) data[i + 2] << 16) | ((uint32) data[i + 3] << 24);
-
-		k *= m;
-		k ^= k >> r;
-		k *= m;
-		h *= m;
-		h ^= k;
-	}
-	switch (len - i)
-	{
-		case 3:
-			h ^= (uint32) data[i + 2] << 16;
-			/* FALLTHROUGH */
-		case 2:
-			h ^= (uint32) data[i + 1] << 8;
-			/* FALLTHROUGH */
-		case 1:
-			h ^= (uint32) data[i];
-			h *= m;
-	}
-	h ^= h >> 13;
-	h *= m;
-	h ^= h >> 15;
-	return h;
-}
-
+/* the partition of a stream: log/partition.c */
 int
 stream_partition(const char *stream, int len, int npartitions)
 {
-	return (int) ((murmur2((const unsigned char *) stream, len) & 0x7fffffff) %
-				  (uint32) npartitions);
+	return esrc_stream_partition_of(stream, len, npartitions);
 }
 
 void
@@ -253,11 +210,37 @@ text_array_to_cstrings(ArrayType *arr, int *n)
 	return result;
 }
 
+/* The strings of a jsonb array of strings (the catalog's tag filter). */
+static char **
+jsonb_strings(Jsonb *jb, int *n)
+{
+	char	  **result;
+	int			i;
+
+	*n = JB_ROOT_IS_ARRAY(jb) && !JB_ROOT_IS_SCALAR(jb) ? JB_ROOT_COUNT(jb) : 0;
+	result = palloc(sizeof(char *) * Max(*n, 1));
+	for (i = 0; i < *n; i++)
+	{
+		JsonbValue *v = getIthJsonbValueFromContainer(&jb->root, i);
+
+		if (v == NULL || v->type != jbvString)
+			elog(ERROR, "esrc.subscriptions.tags holds a non-string");
+		result[i] = pnstrdup(v->val.string.val, v->val.string.len);
+	}
+	return result;
+}
+
 /*
  * The subscription called name, copied into the current memory context
  * (the caller's, not SPI's: call with SPI connected); an error if there is
  * none.
  */
+/*
+ * The tag filter (0.3.0) as a jsonb array or null, also from a catalog
+ * that ALTER EXTENSION esrc UPDATE has not given the column yet.
+ */
+#define TAGS_COLUMN(row) "pg_catalog.to_jsonb(" row ") OPERATOR(pg_catalog.->) 'tags'"
+
 static SubDef *lookup_common(const char *sql, Oid keytype, Datum key,
 							 const char *name, MemoryContext cxt);
 
@@ -266,10 +249,10 @@ lookup_subscription(const char *name, MemoryContext cxt, bool with_checkpoints)
 {
 	static const char *plain_sql =
 		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, "
-		"projection, name FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1";
+		"projection, name, " TAGS_COLUMN("subscriptions") " FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1";
 	static const char *cp_sql =
 		"SELECT s.id, s.owner, s.categories, s.types, s.metadata, s.partitions, s.consumers, "
-		"x.parts, x.cps, s.projection, s.name FROM esrc.subscriptions s, LATERAL ("
+		"x.parts, x.cps, s.projection, s.name, " TAGS_COLUMN("s") " FROM esrc.subscriptions s, LATERAL ("
 		"SELECT pg_catalog.array_agg(c.partition) AS parts, pg_catalog.array_agg(c.checkpoint) AS cps "
 		"FROM esrc.subscription_checkpoints c WHERE c.subscription_id OPERATOR(pg_catalog.=) s.id) x "
 		"WHERE s.name OPERATOR(pg_catalog.=) $1";
@@ -284,7 +267,7 @@ esrc_sub_lookup_id(int64 id, MemoryContext cxt)
 {
 	static const char *sql =
 		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, "
-		"projection, name FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
+		"projection, name, " TAGS_COLUMN("subscriptions") " FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
 
 	return lookup_common(sql, INT8OID, Int64GetDatum(id), NULL, cxt);
 }
@@ -344,6 +327,9 @@ lookup_common(const char *sql, Oid keytype, Datum key, const char *name,
 	d = SPI_getbinval(tup, desc, 5, &isnull);
 	if (!isnull)
 		def->metadata = DatumGetJsonbPCopy(d);
+	d = SPI_getbinval(tup, desc, 12, &isnull);
+	if (!isnull)
+		def->tags = jsonb_strings(DatumGetJsonbP(d), &def->ntags);
 	def->npartitions = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
 	d = SPI_getbinval(tup, desc, 7, &isnull);
 	if (!isnull)
@@ -637,6 +623,9 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 	static const char *filters_sql =
 		"UPDATE esrc.subscriptions SET types = $2, metadata = $3 "
 		"WHERE id OPERATOR(pg_catalog.=) $1";
+	static const char *tags_sql =
+		"UPDATE esrc.subscriptions SET tags = $2 WHERE id OPERATOR(pg_catalog.=) $1";
+	ArrayType  *tags;
 	char	   *name;
 	ArrayType  *cats;
 	int32		partitions;
@@ -652,6 +641,9 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 							ESRC_MAX_SUB_CATEGORIES, true);
 	types = check_name_array(fcinfo, 4, "types", ESRC_MAX_TYPE_NAME,
 							 ESRC_MAX_SUB_TYPES, false);
+	/* the 0.2.0 function has no tags argument */
+	tags = PG_NARGS() < 7 ? NULL :
+		check_name_array(fcinfo, 6, "tags", ESRC_MAX_SUB_TAG_LEN, ESRC_MAX_SUB_TAGS, false);
 	if (strncmp(name, ESRC_PROJECTION_SUB_PREFIX, strlen(ESRC_PROJECTION_SUB_PREFIX)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -692,6 +684,15 @@ esrc_create_subscription(PG_FUNCTION_ARGS)
 		values[2] = PointerGetDatum(metadata);
 		nulls[2] = metadata == NULL ? 'n' : ' ';
 		catalog_run(filters_sql, 3, argtypes, values, nulls, SPI_OK_UPDATE);
+	}
+	if (tags != NULL)
+	{
+		Oid			argtypes[2] = {INT8OID, TEXTARRAYOID};
+		Datum		values[2];
+
+		values[0] = Int64GetDatum(id);
+		values[1] = PointerGetDatum(tags);
+		catalog_run(tags_sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
 	}
 	SPI_finish();
 	PG_RETURN_VOID();

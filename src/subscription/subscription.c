@@ -141,6 +141,37 @@ interval_ms(Interval *iv)
 	return ms;
 }
 
+/* Does the event in slot carry every one of tags[0 .. ntags - 1]? */
+static bool
+has_tags(TupleTableSlot *slot, char **tags, int ntags)
+{
+	Datum	   *elems;
+	int			n;
+	int			i;
+
+	if (slot->tts_tupleDescriptor->natts < Anum_events_tags ||
+		slot->tts_isnull[Anum_events_tags - 1])
+		return false;
+	deconstruct_array(DatumGetArrayTypeP(slot->tts_values[Anum_events_tags - 1]),
+					  TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	for (i = 0; i < ntags; i++)
+	{
+		bool		found = false;
+		int			j;
+
+		for (j = 0; j < n && !found; j++)
+		{
+			text	   *t = DatumGetTextPP(elems[j]);
+
+			found = VARSIZE_ANY_EXHDR(t) == strlen(tags[i]) &&
+				memcmp(VARDATA_ANY(t), tags[i], VARSIZE_ANY_EXHDR(t)) == 0;
+		}
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
 /* Does an event of the scan pass the subscription's type and metadata filters? */
 static bool
 passes_filters(SubDef *def, TupleTableSlot *slot)
@@ -158,6 +189,8 @@ passes_filters(SubDef *def, TupleTableSlot *slot)
 		if (!match)
 			return false;
 	}
+	if (def->ntags > 0 && !has_tags(slot, def->tags, def->ntags))
+		return false;
 	if (def->metadata != NULL)
 	{
 		if (slot->tts_isnull[Anum_events_metadata - 1])
@@ -241,7 +274,11 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 		if (held_map[p] && pos > from[p] && passes_filters(def, slot) &&
 			(rules == NULL || esrc_rules_visible(rules, slot)))
 		{
-			tuplestore_putvalues(ts, desc, slot->tts_values, slot->tts_isnull);
+			Datum		values[ESRC_EVENT_NATTS_MAX];
+			bool		isnull[ESRC_EVENT_NATTS_MAX];
+
+			esrc_event_values(slot, desc->natts, values, isnull);
+			tuplestore_putvalues(ts, desc, values, isnull);
 			if (++n >= max_count)
 			{
 				*covered = pos;
@@ -267,8 +304,7 @@ scan_events(SubDef *def, const bool *held_map, const int64 *from, int64 lo,
 static void
 check_event_rowtype(ReturnSetInfo *rsinfo)
 {
-	if (rsinfo->setDesc->natts != ESRC_EVENT_NATTS)
-		elog(ERROR, "esrc.event has an unexpected row type");
+	esrc_check_event_rowtype(rsinfo->setDesc);
 }
 
 /* The state of one esrc.poll() call */

@@ -69,6 +69,8 @@ extern void esrc_lease_leave(const EsrcSubKey *sub, const char *member);
 extern void esrc_subscription_init(void);
 
 #define ESRC_MAX_PARTITIONS		1024
+#define ESRC_MAX_SUB_TAGS		32		/* the tag filter: at most 32 tags */
+#define ESRC_MAX_SUB_TAG_LEN	256		/* of 1 to 256 bytes (log/tags.c) */
 #define ESRC_MAX_SUB_CATEGORIES	64
 #define ESRC_MAX_SUB_TYPES		64
 
@@ -90,6 +92,8 @@ typedef struct SubDef
 	int			ntypes;			/* 0 = all types */
 	char	  **types;
 	Jsonb	   *metadata;		/* NULL = no filter */
+	int			ntags;			/* 0 = no tag filter */
+	char	  **tags;			/* every one required */
 	int			nconsumers;
 	Oid		   *consumers;
 	int64	   *checkpoints;	/* per partition, as read with the row (-1 = none) */
@@ -99,7 +103,6 @@ typedef struct SubDef
 extern int	esrc_subscription_lease_ms;
 extern int	esrc_poll_max_wait_ms;
 
-extern uint32 murmur2(const unsigned char *data, int len);
 extern int	stream_partition(const char *stream, int len, int npartitions);
 extern void check_partitions(int32 partitions);
 extern Oid	catalog_owner(void);

@@ -16,6 +16,7 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
     key = stream, value = data, headers ce_specversion, ce_id, ce_type,
     ce_source, ce_subject, ce_time, content-type, ce_esrcstream,
     ce_esrcversion, ce_esrcposition, ce_esrcmetadata (absent when null),
+    ce_esrctags (a JSON array, when the event has tags),
     ce_traceparent / ce_tracestate when the metadata has a valid W3C
     traceparent (and a tracestate of at most 512 bytes), else absent,
     topic = prefix + category;
@@ -171,6 +172,8 @@ def main():
         if e["metadata"] is not None:
             want["ce_esrcmetadata"] = e["metadata"]
         want.update(trace_headers(e["metadata"]))
+        if e.get("tags"):
+            want["ce_esrctags"] = json.dumps(e["tags"], ensure_ascii=False, separators=(",", ":"))
         if h != want:
             diff = {k: (h.get(k), want.get(k)) for k in set(h) | set(want) if h.get(k) != want.get(k)}
             bad.append(f"position {pos}: headers differ (got, want): {diff}")

@@ -111,9 +111,10 @@ fwd_dump_events() {
                 'position', position, 'stream', stream, 'version', version,
                 'type', type, 'data', data::text, 'metadata', metadata::text,
                 'id', id::text, 'category', category,
+                'tags', pg_catalog.to_jsonb(e) -> 'tags',
                 'time', to_char(recorded_at AT TIME ZONE 'UTC',
                                 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))
-             FROM esrc.events ORDER BY position" >"$1"
+             FROM esrc.events e ORDER BY position" >"$1"
 }
 
 # The data topics: every topic but the offsets topic and Kafka's own.
