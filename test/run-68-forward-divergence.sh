@@ -48,7 +48,7 @@ chmod 755 "$sdir"
 [ "$(id -u)" = 0 ] && chown "$ESRC_TEST_USER" "$sdir"
 sport=$(free_port)
 as_test_user "$PG_BINDIR/pg_basebackup" -h 127.0.0.1 -p "$pport" -U postgres \
-    -D "$sdir/data" -R -S s1 -X stream >/dev/null
+    -D "$sdir/data" -R -S s1 -X stream -c fast >/dev/null
 printf "port = %s\nunix_socket_directories = '%s'\n" "$sport" "$sdir" |
     as_test_user tee -a "$sdir/data/postgresql.conf" >/dev/null
 as_test_user "$PG_BINDIR/pg_ctl" -D "$sdir/data" -l "$sdir/server.log" -w -t 60 start >/dev/null \

@@ -44,7 +44,7 @@ mkdir -p "$sdir"
 chmod 755 "$sdir"
 [ "$(id -u)" = 0 ] && chown "$ESRC_TEST_USER" "$sdir"
 as_test_user "$PG_BINDIR/pg_basebackup" -h 127.0.0.1 -p "$FWD_PORT" -U postgres \
-    -D "$sdir/data" -R -S standby1 -X stream >/dev/null
+    -D "$sdir/data" -R -S standby1 -X stream -c fast >/dev/null
 printf "port = %s\nunix_socket_directories = '%s'\n" "$(free_port)" "$sdir" |
     as_test_user tee -a "$sdir/data/postgresql.conf" >/dev/null
 as_test_user "$PG_BINDIR/pg_ctl" -D "$sdir/data" -l "$sdir/server.log" -w -t 60 start >/dev/null
