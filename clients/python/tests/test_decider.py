@@ -111,9 +111,16 @@ def test_command_ids_make_retries_idempotent(store: esrc.EventStore, uid: str) -
     assert first.version == 1
     assert store.read_stream(stream)[1].id == esrc.event_id(cmd.command_id, 0)
     # the same command again, as after a lost connection: state says "B" so
-    # nothing is decided; a command that decides again is refused by its id
-    again = h.handle(stream, ChangeUserName("C", command_id=cmd.command_id))
+    # nothing is decided and nothing is written
+    again = h.handle(stream, ChangeUserName("B", command_id=cmd.command_id))
     assert again.version == 1 and store.stream_version(stream) == 1
+    # a command that reuses the id for other content decides again, and its
+    # event id names a stored event with other data: the server refuses it
+    # (23505) rather than returning the stored version, which hid such bugs
+    with pytest.raises(esrc.DuplicateIdError) as e:
+        h.handle(stream, ChangeUserName("C", command_id=cmd.command_id))
+    assert e.value.sqlstate == "23505"
+    assert store.stream_version(stream) == 1
 
 
 def test_retries_are_bounded(store: esrc.EventStore, uid: str) -> None:

@@ -54,8 +54,9 @@ class InvalidEventError(EsrcError):
 
 
 class DuplicateIdError(EsrcError):
-    """23505: an event id stored in another stream, or a batch that mixes
-    stored and new ids."""
+    """23505: an event id stored in another stream, a batch that mixes
+    stored and new ids, or a retry whose id names a stored event with
+    another type, data or metadata."""
 
 
 class NotFoundError(EsrcError):
