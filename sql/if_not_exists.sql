@@ -48,6 +48,12 @@ SELECT name, categories, partitions, types, metadata FROM esrc.subscriptions WHE
 SELECT esrc.create_subscription('ine_sub', ARRAY['ine'], 4, metadata => '{"a": 1}', if_not_exists => true);
 SELECT esrc.create_subscription('ine_sub', ARRAY['ine', 'other'], 2, if_not_exists => true);
 SELECT esrc.create_subscription('ine_sub', ARRAY['ine', 'other'], 2, types => ARRAY['Counted']);
+-- tags (dynamic consistency boundaries) are part of the definition too
+SELECT esrc.create_subscription('ine_tagged', ARRAY['ine'], tags => ARRAY['vip', 'eu'], if_not_exists => true);
+SELECT esrc.create_subscription('ine_tagged', ARRAY['ine'], tags => ARRAY['eu', 'vip'], if_not_exists => true);
+SELECT esrc.create_subscription('ine_tagged', ARRAY['ine'], tags => ARRAY['vip'], if_not_exists => true);
+SELECT esrc.create_subscription('ine_tagged', ARRAY['ine'], if_not_exists => true);
+SELECT esrc.drop_subscription('ine_tagged');
 RESET ROLE;
 -- another role's subscription of the same definition is not the caller's
 SET ROLE ine_stranger;
