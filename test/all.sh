@@ -31,7 +31,7 @@ matrix_default="17 18"
 [ -z "${ESRC_ONLY:-}" ] && [ -z "${ESRC_TESTS:-}" ] || matrix_default=none
 matrix=${ESRC_MATRIX:-$matrix_default}
 [ "$matrix" = none ] && matrix=
-matrix_tests=${ESRC_MATRIX_TESTS:-run-10-regress run-15-upgrade run-16-other-majors run-30-snapshot-stress run-37-projection-load run-38-projection-failures run-39-projection-crash run-40-forward-e2e run-44-forward-hostile run-50-tap run-52-revoked-reader run-53-lease-bound run-54-owner-gone run-60-fuzz run-63-erase-bytes}
+matrix_tests=${ESRC_MATRIX_TESTS:-run-10-regress run-15-upgrade run-16-other-majors run-66-standby-reads run-30-snapshot-stress run-37-projection-load run-38-projection-failures run-39-projection-crash run-40-forward-e2e run-44-forward-hostile run-50-tap run-52-revoked-reader run-53-lease-bound run-54-owner-gone run-60-fuzz run-63-erase-bytes}
 
 passed=0
 failed=0
