@@ -24,7 +24,11 @@ status=0
 ROUNDS=${ROUNDS:-4}
 
 fwd_start_kafka "$dir/kafka"
-fwd_start_pg "$dir/pg" "wal_writer_delay = 10000" "autovacuum = off" "checkpoint_timeout = 3600"
+# esrc.standby_horizon_interval = -1: the horizon publisher (for hot
+# standbys) flushes the WAL after each row it writes, which would make the
+# control's asynchronous commit durable within milliseconds
+fwd_start_pg "$dir/pg" "wal_writer_delay = 10000" "autovacuum = off" "checkpoint_timeout = 3600" \
+    "esrc.standby_horizon_interval = -1"
 fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
 

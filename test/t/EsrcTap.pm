@@ -66,7 +66,7 @@ BEGIN
                        r.id, r.recorded_at)::text
             FROM esrc.read_all(after, 997)
                  WITH ORDINALITY AS r(position, stream, version, type, data, metadata,
-                                      id, recorded_at, o);
+                                      id, recorded_at, tags, o);
         GET DIAGNOSTICS got = ROW_COUNT;
         EXIT WHEN got = 0;
         SELECT s.position INTO after FROM esrc_seen s ORDER BY s.seq DESC LIMIT 1;
