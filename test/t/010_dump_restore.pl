@@ -137,8 +137,10 @@ for my $t ([ $dst, 'shop', 'pg_restore' ], [ $src, 'shop_plain', 'plain dump' ])
 	my ($ok, $out, $err) = $node->psql($db, "UPDATE esrc.events SET type = 'x'");
 	like($err, qr/append-only/, "$what: the restored log is still append-only");
 
-	# a retried append (stored id) returns the stored version, writes nothing
-	is($node->safe_psql($db, "SELECT esrc.append('order-1', 'OrderPlaced', '{}', NULL, 99,"
+	# a retried append (stored id, the same event) returns the stored
+	# version, writes nothing
+	is($node->safe_psql($db, "SELECT esrc.append('order-1', 'OrderPlaced',"
+		. " '{\"total\": 42.50, \"items\": [1, 2, 3]}', '{\"user\": \"ann\"}', 99,"
 		. " 'f3b0c1de-0000-4000-8000-000000000001')"),
 		'0', "$what: idempotent retry of an event from before the dump");
 	($ok, $out, $err) = $node->psql($db, "SELECT esrc.append('order-1', 'Again', '{}', NULL, -1)");
