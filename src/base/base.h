@@ -67,6 +67,10 @@ typedef enum EsrcDbAvailability
 extern EsrcDbAvailability esrc_database_availability(Oid dbid);
 /* launch.c: register a launcher (its entry point, its name) from _PG_init */
 extern void esrc_register_launcher(const char *function, const char *name);
+struct BackgroundWorkerHandle;
+extern bool esrc_start_database_worker(const char *function, const char *name,
+									   const char *type, int slot,
+									   struct BackgroundWorkerHandle **handle);
 
 /*
  * metrics.c: counters for esrc.metrics, per database in shared memory.

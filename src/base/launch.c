@@ -6,7 +6,8 @@
  *	  publishers) share: the scan of the databases
  *	  that accept connections, whether a database is still there before a
  *	  worker is started in it, whether a launched worker has stopped, the
- *	  back-off before a failed worker starts again, and their registration.
+ *	  back-off before a failed worker starts again, their registration, and
+ *	  the start of a worker in one database.
  *
  * Each runs in a launcher: a background worker connected to no database,
  * which may start transactions of its own to read the shared catalog
@@ -177,4 +178,30 @@ esrc_register_launcher(const char *function, const char *name)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
 	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", name);
 	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * From a launcher: start a worker of one database (it connects itself),
+ * never restarted by the postmaster (its launcher starts it again),
+ * notifying the launcher; slot is its main argument.  function is its
+ * entry point in this library, name its name (for ps) and type its type.
+ * False when no background worker slot is free.
+ */
+bool
+esrc_start_database_worker(const char *function, const char *name, const char *type,
+						   int slot, BackgroundWorkerHandle **handle)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", type);
+	worker.bgw_main_arg = Int32GetDatum(slot);
+	worker.bgw_notify_pid = MyProcPid;
+	return RegisterDynamicBackgroundWorker(&worker, handle);
 }

@@ -263,7 +263,7 @@ stop_unwanted(void)
 static bool
 start_worker(FwdDb *db)
 {
-	BackgroundWorker worker;
+	char		name[BGW_MAXLEN];
 	EsrcForwarderShared *f = NULL;
 	int			slot;
 
@@ -307,17 +307,9 @@ start_worker(FwdDb *db)
 	pg_atomic_write_u32(&f->dbid, db->dbid);
 	SpinLockRelease(&fwd_shared->mutex);
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_forwarder_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "esrc forwarder for %s", db->name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "esrc forwarder");
-	worker.bgw_main_arg = Int32GetDatum(slot);
-	worker.bgw_notify_pid = MyProcPid;
-	if (!RegisterDynamicBackgroundWorker(&worker, &handles[slot]))
+	snprintf(name, sizeof(name), "esrc forwarder for %s", db->name);
+	if (!esrc_start_database_worker("esrc_forwarder_main", name, "esrc forwarder",
+									slot, &handles[slot]))
 	{
 		handles[slot] = NULL;
 		free_slot(slot);

@@ -618,7 +618,6 @@ hz_take_requests(void)
 static bool
 hz_start(HzDb *db)
 {
-	BackgroundWorker worker;
 	int			slot = -1;
 	int			i;
 
@@ -651,17 +650,8 @@ hz_start(HzDb *db)
 	hz_shared->slots[slot].dbid = db->dbid;
 	SpinLockRelease(&hz_shared->mutex);
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_horizon_publisher_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "esrc horizon publisher");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "esrc horizon publisher");
-	worker.bgw_main_arg = Int32GetDatum(slot);
-	worker.bgw_notify_pid = MyProcPid;
-	if (!RegisterDynamicBackgroundWorker(&worker, &hz_handles[slot]))
+	if (!esrc_start_database_worker("esrc_horizon_publisher_main", "esrc horizon publisher",
+									"esrc horizon publisher", slot, &hz_handles[slot]))
 	{
 		SpinLockAcquire(&hz_shared->mutex);
 		hz_shared->slots[slot].in_use = false;

@@ -425,7 +425,7 @@ start_workers(DbState *db)
 	}
 	for (number = 1; number <= nworkers && ok && lacking; number++)
 	{
-		BackgroundWorker worker;
+		char		name[BGW_MAXLEN];
 		int			slot = -1;
 
 		if (running[number])
@@ -447,17 +447,9 @@ start_workers(DbState *db)
 		proj_shared->slots[slot].idle_exit = false;
 		SpinLockRelease(&proj_shared->mutex);
 
-		memset(&worker, 0, sizeof(worker));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		worker.bgw_restart_time = BGW_NEVER_RESTART;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "esrc");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "esrc_projection_worker_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "esrc projection worker %d", number);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "esrc projection worker");
-		worker.bgw_main_arg = Int32GetDatum(slot);
-		worker.bgw_notify_pid = MyProcPid;
-		if (!RegisterDynamicBackgroundWorker(&worker, &handles[slot]))
+		snprintf(name, sizeof(name), "esrc projection worker %d", number);
+		if (!esrc_start_database_worker("esrc_projection_worker_main", name,
+										"esrc projection worker", slot, &handles[slot]))
 		{
 			SpinLockAcquire(&proj_shared->mutex);
 			proj_shared->slots[slot].in_use = false;
