@@ -482,6 +482,8 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 	values[6] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[7] = Float8GetDatum(delay / 1000.0);
 	catalog_run(sql, 8, argtypes, values, NULL, SPI_OK_UPDATE);
+	/* a wait for this projection learns of it at commit (projwait.c) */
+	esrc_sub_progress_at_commit(pj->subid);
 	ereport(LOG,
 			(errmsg("projection \"%s\": %s at position " INT64_FORMAT " (partition %d, attempt %d)%s: %s",
 					pj->name, outside ? "batch failed outside the handler" : "handler failed",
