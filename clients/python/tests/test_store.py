@@ -115,10 +115,10 @@ def test_append_wait_query(store: esrc.EventStore, admin: esrc.EventStore, uid: 
     """Read your own write: append, wait for the projection, query its table."""
     name = "names_" + uid.replace("-", "_")[:20]
     table = "public." + name
-    admin._rows(f"CREATE TABLE {table} (stream text PRIMARY KEY, name text)", ())
-    admin._rows(f"""CREATE FUNCTION {table}_apply(e esrc.event) RETURNS void LANGUAGE sql AS $$
+    admin.conn.execute(f"CREATE TABLE {table} (stream text PRIMARY KEY, name text)")
+    admin.conn.execute(f"""CREATE FUNCTION {table}_apply(e esrc.event) RETURNS void LANGUAGE sql AS $$
         INSERT INTO {table} VALUES (e.stream, e.data->>'name')
-        ON CONFLICT (stream) DO UPDATE SET name = excluded.name $$""", ())
+        ON CONFLICT (stream) DO UPDATE SET name = excluded.name $$""")
     admin._rows("SELECT esrc.create_projection(%s, %s::regprocedure, ARRAY['user'])",
                 (name, f"{table}_apply(esrc.event)"))
     try:

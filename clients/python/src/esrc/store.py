@@ -248,7 +248,7 @@ class EventStore:
             position = self.last_position()
             if position is None:
                 return True
-        return self._value(WAIT_PROJECTION_SQL, (name, position, timeout)) == "applied"
+        return bool(self._value(WAIT_PROJECTION_SQL, (name, position, timeout)) == "applied")
 
     # crypto-shredding
 
@@ -391,7 +391,7 @@ class AsyncEventStore:
             position = await self.last_position()
             if position is None:
                 return True
-        return await self._value(WAIT_PROJECTION_SQL, (name, position, timeout)) == "applied"
+        return bool(await self._value(WAIT_PROJECTION_SQL, (name, position, timeout)) == "applied")
 
     async def snapshot_of(self, category: str) -> str | None:
         if category not in self._snapshots:
