@@ -247,6 +247,7 @@ typedef struct SlotCredit
 {
 	NameData	name;
 	XLogRecPtr	credited;
+	pid_t		logged_pid;		/* the walsender last logged about */
 } SlotCredit;
 
 static SlotCredit *credits = NULL;
@@ -270,6 +271,7 @@ slot_credit(const char *name)
 	}
 	namestrcpy(&credits[n_credits].name, name);
 	credits[n_credits].credited = InvalidXLogRecPtr;
+	credits[n_credits].logged_pid = 0;
 	return &credits[n_credits++];
 }
 
@@ -357,6 +359,16 @@ slot_flushed(const char *name, XLogRecPtr lsn, char *why, bool *broken)
 	if (credited >= lsn)
 		return true;
 
+	if (streaming && restart_lsn >= lsn && credit->logged_pid != active_pid)
+	{
+		/* restart_lsn alone would have let this batch go: once per walsender */
+		credit->logged_pid = active_pid;
+		ereport(LOG,
+				(errmsg("esrc forwarder: standby slot \"%s\" reports flushed to %X/%X but its walsender (pid %d) sent only to %X/%X: crediting %X/%X",
+						name, LSN_FORMAT_ARGS(restart_lsn), (int) active_pid,
+						LSN_FORMAT_ARGS(sent), LSN_FORMAT_ARGS(credited)),
+				 errdetail("A walreceiver's first reply reports its own replay end; a standby whose WAL diverged from this server's (an old primary before pg_rewind) reports WAL this server never sent it.")));
+	}
 	if (streaming && restart_lsn >= lsn)
 		snprintf(why, ESRC_FWD_ERROR_LEN,
 				 "standby slot \"%s\" of esrc.forwarder_standbys reports flushed to %X/%X but its walsender (pid %d) sent only to %X/%X, below the WAL of the next batch (needed %X/%X)",
