@@ -305,7 +305,7 @@ event_pending(SubDef *def, int64 lo, int64 position, const int64 *cps)
 		"($4::int8[])[esrc.stream_partition(e.stream, $5) OPERATOR(pg_catalog.+) 1] LIMIT 1";
 	Oid			argtypes[5] = {INT8OID, INT8OID, TEXTARRAYOID, INT8ARRAYOID, INT4OID};
 	Datum		values[5];
-	char		nulls[5] = "     ";
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	bool		pending;
 
 	values[0] = Int64GetDatum(lo);
