@@ -14,8 +14,14 @@
 #                                        projections, a blue/green swap and a
 #                                        reset (self-check against the
 #                                        snapshot), checked again after
-#                                        users of its own are erased and
-#                                        deleted while its projections run
+#                                        users of its own are erased
+#                                        (security.erase_user) and deleted
+#                                        while its projections run; then
+#                                        nothing of the erased user (names,
+#                                        e-mail, its hash, its rows) is
+#                                        left in any table of the examples,
+#                                        the snapshot and the lookup table
+#                                        included, nor in the log
 #   examples/subscriptions/consumer.py   a subscription member: its results
 #                                        table must equal the category as
 #                                        read_category returns it, tombstones
