@@ -271,12 +271,14 @@ SELECT * FROM directory.user_names ORDER BY name;
 --     then visible to the next statement.  It refuses to wait inside the
 --     transaction that appended: commit first (autocommit here).
 ------------------------------------------------------------------------
-SELECT security.change_user_name('edsger@example.com', 'Dijkstra');
+SELECT security.change_user_name(security.user_id_of('edsger@example.com'), 'Dijkstra');
 SELECT esrc.wait_for_projection('user_names_v2', esrc.last_position(), '10s');
-SELECT name FROM directory.user_names WHERE email = 'edsger@example.com';
+SELECT name FROM directory.user_names
+ WHERE stream = 'user-' || security.user_id_of('edsger@example.com');
 DO $$
 BEGIN
-    IF (SELECT name FROM directory.user_names WHERE email = 'edsger@example.com')
+    IF (SELECT name FROM directory.user_names
+         WHERE stream = 'user-' || security.user_id_of('edsger@example.com'))
        IS DISTINCT FROM 'Dijkstra' THEN
         RAISE EXCEPTION 'directory.user_names does not show the rename the wait said was applied';
     END IF;
