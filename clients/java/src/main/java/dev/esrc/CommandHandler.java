@@ -67,12 +67,10 @@ public final class CommandHandler<C, S, E> {
             } catch (WrongExpectedVersionException w) {
                 e = w;
             }
-            {
-                if (attempt >= maxAttempts) {
-                    throw new RetriesExhaustedException("command on stream " + stream + " gave up after " + attempt
-                        + " attempts, each met 40001: " + e.serverMessage(), e.sqlState(), e.detail(),
-                        "The stream is written very often; raise maxAttempts or make its commands rarer.", e);
-                }
+            if (attempt >= maxAttempts) {
+                throw new RetriesExhaustedException("command on stream " + stream + " gave up after " + attempt
+                    + " attempts, each met 40001: " + e.serverMessage(), e.sqlState(), e.detail(),
+                    "The stream is written very often; raise maxAttempts or make its commands rarer.", e);
             }
             try {
                 backoff.sleep(attempt);
