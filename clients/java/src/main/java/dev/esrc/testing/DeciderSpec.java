@@ -2,6 +2,7 @@ package dev.esrc.testing;
 
 import dev.esrc.Decider;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 
@@ -37,7 +38,7 @@ public final class DeciderSpec<C, S, E> {
     @SafeVarargs
     public final DeciderSpec<C, S, E> given(E... events) {
         List<E> all = new ArrayList<>(past);
-        all.addAll(List.of(events));
+        all.addAll(Arrays.asList(events));
         return new DeciderSpec<>(decider, List.copyOf(all), command, hasCommand);
     }
 
@@ -61,8 +62,8 @@ public final class DeciderSpec<C, S, E> {
     public final S then(E... expected) {
         S state = state();
         List<E> events = decide(state);
-        if (!events.equals(List.of(expected))) {
-            throw new AssertionError("expected events " + List.of(expected) + ", decided " + events);
+        if (!events.equals(Arrays.asList(expected))) {
+            throw new AssertionError("expected events " + Arrays.asList(expected) + ", decided " + events);
         }
         return decider.fold(state, events);
     }
