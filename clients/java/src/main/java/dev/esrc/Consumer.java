@@ -273,6 +273,14 @@ public final class Consumer implements Runnable, AutoCloseable {
     private void closeQuietly() {
         if (conn == null) return;
         try {
+            if (!conn.getAutoCommit()) {
+                conn.rollback();
+                conn.setAutoCommit(true);   // as the data source gave it
+            }
+        } catch (SQLException ignored) {
+            // broken: close it
+        }
+        try {
             conn.close();
         } catch (SQLException ignored) {
             // already broken
