@@ -57,4 +57,7 @@ total=$(sed -E 's/.*Tests run: ([0-9]+),.*/\1/' <<<"$summary")
 skipped=$(sed -E 's/.*Skipped: ([0-9]+)$/\1/' <<<"$summary")
 [ "$total" -gt 0 ] || die "Surefire ran no test"
 [ "$skipped" = 0 ] || die "$skipped of the Java client's tests were skipped: every one must run against the server"
+pom_version=$(sed -n 's|^  <version>\(.*\)</version>$|\1|p' "$ESRC_ROOT/clients/java/pom.xml" | head -1)
+control_version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$ESRC_ROOT/esrc.control")
+[ "$pom_version" = "$control_version" ] || die "clients/java/pom.xml has version $pom_version, esrc.control $control_version"
 log "ok - the Java client ($total JUnit tests)"

@@ -20,6 +20,13 @@ class IdsAndSpecTest {
     }
 
     @Test
+    void theClientsVersionIsTheExtensions() throws java.io.IOException {
+        // surefire runs in clients/java; the pom's version is checked by test/run-74-java-client.sh
+        String control = java.nio.file.Files.readString(java.nio.file.Path.of("../../esrc.control"));
+        assertEquals(true, control.contains("default_version = '" + EsrcVersion.CLIENT + "'"), control);
+    }
+
+    @Test
     void givenWhenThen() {
         var spec = DeciderSpec.of(Users.DECIDER);
         spec.given(new Users.UserRegistered("a@x", "A")).when(new Users.ChangeUserName("B"))
