@@ -19,4 +19,14 @@ public interface EventSerializer {
 
     /** An instance of cls from the tree. */
     <T> T fromJson(JsonNode tree, Class<T> cls);
+
+    /** JSON text of an event (the current shape: no upcaster between); override to skip the tree. */
+    default String writeValue(Object event) {
+        return write(toJson(event));
+    }
+
+    /** An instance of cls from JSON text (no upcaster between); override to skip the tree. */
+    default <T> T readValue(String json, Class<T> cls) {
+        return fromJson(readTree(json), cls);
+    }
 }

@@ -100,7 +100,7 @@ public final class EventTypes {
             if (e.schemaVersion > 1) m.put(SCHEMA_KEY, e.schemaVersion);
             meta = serializer.write(m);
         }
-        return new NewEvent(e.name, serializer.write(serializer.toJson(event)), meta, id, null);
+        return new NewEvent(e.name, serializer.writeValue(event), meta, id, null);
     }
 
     private ObjectNode objectNode() {
@@ -118,6 +118,7 @@ public final class EventTypes {
     public Object decode(String type, String data, String metadata) {
         Entry e = byName.get(type);
         if (e == null || RecordedEvent.isRedacted(data, metadata)) return null;
+        if (e.schemaVersion == 1) return serializer.readValue(data, e.cls);   // no shape to upcast
         JsonNode tree = serializer.readTree(data);
         if (e.schemaVersion > 1) {
             int shape = 1;

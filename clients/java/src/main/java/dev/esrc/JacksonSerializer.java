@@ -52,4 +52,23 @@ public final class JacksonSerializer implements EventSerializer {
             throw new DecodeException("cannot read " + cls.getSimpleName() + ": " + e.getMessage(), null, null, null, e);
         }
     }
+
+    @Override
+    public String writeValue(Object event) {
+        try {
+            return mapper.writeValueAsString(event);
+        } catch (JsonProcessingException e) {
+            throw new InvalidEventException("cannot write " + event.getClass().getSimpleName() + ": "
+                + e.getOriginalMessage(), null, null, null, e);
+        }
+    }
+
+    @Override
+    public <T> T readValue(String json, Class<T> cls) {
+        try {
+            return mapper.readValue(json, cls);
+        } catch (JsonProcessingException | IllegalArgumentException e) {
+            throw new DecodeException("cannot read " + cls.getSimpleName() + ": " + e.getMessage(), null, null, null, e);
+        }
+    }
 }
