@@ -108,6 +108,47 @@ class ConsumerTest {
         assertEquals(30, n[1]);
     }
 
+    @Test
+    void twoMembersOfAGroupShareTheWorkExactlyOnce() throws Exception {
+        String cat = "grp" + UUID.randomUUID().toString().substring(0, 8);
+        for (int i = 0; i < 40; i++) {
+            store.appendEvents(cat + "-" + (i % 8), List.of(new NewEvent("Paid", "{\"i\": " + i + "}")), null);
+        }
+        Db.exec(ds, "SELECT esrc.create_subscription('" + cat + "', ARRAY['" + cat + "'], 2)");
+        Db.exec(ds, "CREATE TABLE " + cat + "_ledger (position bigint, stream text)");
+        AtomicInteger total = new AtomicInteger();
+        List<Consumer> members = new ArrayList<>();
+        ConsumerMetrics stopAll = new ConsumerMetrics() {
+            @Override
+            public void batchCommitted(int events, long lastPosition, long nanos) {
+                if (total.addAndGet(events) >= 40) members.forEach(Consumer::stop);
+            }
+        };
+        for (String m : List.of("a", "b")) {
+            members.add(Consumer.builder(store, cat, m, (batch, c) -> insert(c, cat, batch))
+                .maxCount(5).pollWait(Duration.ofMillis(200)).metrics(stopAll).build());
+        }
+        List<Thread> threads = new ArrayList<>();
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        for (Consumer c : members) {
+            Thread t = new Thread(() -> {
+                try {
+                    c.run();
+                } catch (Throwable e) {
+                    failed.set(e);
+                    members.forEach(Consumer::stop);
+                }
+            });
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) t.join(120_000);
+        assertEquals(null, failed.get());
+        long[] n = counts(cat);
+        assertEquals(40, n[0]);
+        assertEquals(40, n[1]);
+    }
+
     static void terminate(Connection victim) throws SQLException {
         long pid;
         try (Statement s = victim.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
