@@ -2,7 +2,6 @@ package dev.esrc.testing;
 
 import dev.esrc.Decider;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 
@@ -38,13 +37,19 @@ public final class DeciderSpec<C, S, E> {
     @SafeVarargs
     public final DeciderSpec<C, S, E> given(E... events) {
         List<E> all = new ArrayList<>(past);
-        all.addAll(Arrays.asList(events));
+        all.addAll(listOf(events));
         return new DeciderSpec<>(decider, List.copyOf(all), command, hasCommand);
     }
 
     /** The command. */
     public DeciderSpec<C, S, E> when(C cmd) {
         return new DeciderSpec<>(decider, past, cmd, true);
+    }
+
+    private static <T> List<T> listOf(T[] items) {
+        List<T> out = new ArrayList<>(items.length);
+        for (T t : items) out.add(t);
+        return out;
     }
 
     private S state() {
@@ -62,8 +67,8 @@ public final class DeciderSpec<C, S, E> {
     public final S then(E... expected) {
         S state = state();
         List<E> events = decide(state);
-        if (!events.equals(Arrays.asList(expected))) {
-            throw new AssertionError("expected events " + Arrays.asList(expected) + ", decided " + events);
+        if (!events.equals(listOf(expected))) {
+            throw new AssertionError("expected events " + listOf(expected) + ", decided " + events);
         }
         return decider.fold(state, events);
     }
