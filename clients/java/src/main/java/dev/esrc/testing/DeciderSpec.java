@@ -37,19 +37,13 @@ public final class DeciderSpec<C, S, E> {
     @SafeVarargs
     public final DeciderSpec<C, S, E> given(E... events) {
         List<E> all = new ArrayList<>(past);
-        all.addAll(listOf(events));
+        for (E e : events) all.add(e);
         return new DeciderSpec<>(decider, List.copyOf(all), command, hasCommand);
     }
 
     /** The command. */
     public DeciderSpec<C, S, E> when(C cmd) {
         return new DeciderSpec<>(decider, past, cmd, true);
-    }
-
-    private static <T> List<T> listOf(T[] items) {
-        List<T> out = new ArrayList<>(items.length);
-        for (T t : items) out.add(t);
-        return out;
     }
 
     private S state() {
@@ -67,8 +61,10 @@ public final class DeciderSpec<C, S, E> {
     public final S then(E... expected) {
         S state = state();
         List<E> events = decide(state);
-        if (!events.equals(listOf(expected))) {
-            throw new AssertionError("expected events " + listOf(expected) + ", decided " + events);
+        List<E> want = new ArrayList<>(expected.length);
+        for (E e : expected) want.add(e);
+        if (!events.equals(want)) {
+            throw new AssertionError("expected events " + want + ", decided " + events);
         }
         return decider.fold(state, events);
     }
