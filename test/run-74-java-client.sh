@@ -43,7 +43,7 @@ psql "host=127.0.0.1 port=$port user=postgres dbname=postgres" -qAtX -v ON_ERROR
 
 log "mvn test (clients/java)"
 rc=0
-ESRC_TEST_URL="jdbc:postgresql://127.0.0.1:$port/postgres?user=postgres" \
+ESRC_TEST_REQUIRE=1 ESRC_TEST_URL="jdbc:postgresql://127.0.0.1:$port/postgres?user=postgres" \
     mvn "${mvn_args[@]}" test >"$dir/mvn.log" 2>&1 || rc=$?
 grep -E '^\[(INFO|WARNING|ERROR)\] Tests run:|FAIL|BUILD' "$dir/mvn.log" >&2 || true
 if [ $rc != 0 ]; then

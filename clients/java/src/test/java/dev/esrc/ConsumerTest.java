@@ -18,15 +18,15 @@ import java.util.UUID;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 class ConsumerTest {
     static DataSource ds;
     static EventStore store;
 
-    @BeforeAll
-    static void setUp() {
+    @BeforeEach
+    void setUp() {
         ds = Db.dataSource();
         store = new EventStore(ds, Users.types());
     }

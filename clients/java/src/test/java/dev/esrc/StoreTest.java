@@ -12,7 +12,7 @@ import java.util.Map;
 import java.util.UUID;
 import java.util.stream.Collectors;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 class StoreTest {
@@ -21,8 +21,8 @@ class StoreTest {
 
     record OrderPlaced(String sku, int quantity, String currency) {}
 
-    @BeforeAll
-    static void setUp() {
+    @BeforeEach
+    void setUp() {
         ds = Db.dataSource();
         EventTypes types = Users.types()
             .register(OrderPlaced.class, "OrderPlaced", 3)
