@@ -10,7 +10,8 @@
 #     replaying the log (bounded to 10 s), consumers killed mid-batch
 #     (exactly once holds), projections with tombstones, given/when/then;
 #   - every test must have run: a skipped test fails the driver (the tests
-#     skip themselves only when run by hand without ESRC_TEST_URL).
+#     skip themselves only when run by hand without ESRC_TEST_URL; the
+#     driver sets ESRC_TEST_REQUIRE, which makes a missing URL an error).
 # Maven's local repository and the build output live under $ESRC_CACHE, so
 # the second run is offline (mvn -o) and downloads nothing.
 set -euo pipefail
