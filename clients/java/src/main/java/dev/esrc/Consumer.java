@@ -22,7 +22,8 @@ import java.util.Objects;
  * <p>40001 and 55000 (a rebalance) drop the batch and poll again after a jittered backoff; a lost
  * connection is opened again with backoff; {@link ConsumerMetrics} is told of each. An exception
  * of the handler rolls the batch back and ends {@link #run} with it. {@link #stop} (from another
- * thread) ends {@code run} after the current batch and cancels a waiting poll.
+ * thread) ends {@code run} after the current batch and cancels a waiting poll; interrupting the
+ * consumer's thread ends it after the current batch too.
  */
 public final class Consumer implements Runnable, AutoCloseable {
     private static final String POLL_SQL = "SELECT " + EventStore.COLUMNS
@@ -122,6 +123,10 @@ public final class Consumer implements Runnable, AutoCloseable {
         int failures = 0;
         try {
             while (!stopped) {
+                if (Thread.currentThread().isInterrupted()) {
+                    stopped = true;   // an interrupt is a stop: after the batch it came in
+                    break;
+                }
                 try {
                     if (conn == null) {
                         conn = store.connection();

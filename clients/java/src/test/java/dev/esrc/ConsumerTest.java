@@ -20,6 +20,7 @@ import java.util.concurrent.atomic.AtomicReference;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 
 class ConsumerTest {
     static DataSource ds;
@@ -147,6 +148,30 @@ class ConsumerTest {
         long[] n = counts(cat);
         assertEquals(40, n[0]);
         assertEquals(40, n[1]);
+    }
+
+    @Test
+    @Timeout(120)   // without the interrupt check, run() polls on forever
+    void anInterruptEndsRunAfterTheBatchAndExactlyOnceHolds() {
+        String cat = fixture(30);
+        AtomicInteger batches = new AtomicInteger();
+        Consumer first = Consumer.builder(store, cat, "m1", (batch, c) -> {
+            insert(c, cat, batch);
+            if (batches.incrementAndGet() == 2) Thread.currentThread().interrupt();
+        }).maxCount(10).pollWait(Duration.ZERO).build();
+        first.run();
+        assertTrue(Thread.interrupted(), "the interrupt is left set for the caller");
+        assertEquals(20, counts(cat)[0]); // the batch the interrupt came in was committed with its ack
+        AtomicReference<Consumer> self = new AtomicReference<>();
+        Consumer second = Consumer.builder(store, cat, "m1", (batch, c) -> insert(c, cat, batch))
+            .maxCount(10).pollWait(Duration.ZERO).metrics(new ConsumerMetrics() {
+                @Override public void idle() { self.get().stop(); }
+            }).build();
+        self.set(second);
+        second.run();
+        long[] n = counts(cat);
+        assertEquals(30, n[0]);
+        assertEquals(30, n[1]);
     }
 
     static void terminate(Connection victim) throws SQLException {
