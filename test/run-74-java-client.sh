@@ -8,7 +8,10 @@
 #     a command retried after a lost commit (written once), bounded
 #     retries, 16 threads of random commands whose invariants are checked by
 #     replaying the log (bounded to 10 s), consumers killed mid-batch
-#     (exactly once holds), projections with tombstones, given/when/then;
+#     (a handler that throws, a connection terminated before the ack, an
+#     interrupt: exactly once holds; at least once delivers again), two
+#     members of a group, a stop cancelling a waiting poll, projections
+#     with tombstones, given/when/then, the version against esrc.control;
 #   - every test must have run: a skipped test fails the driver (the tests
 #     skip themselves only when run by hand without ESRC_TEST_URL; the
 #     driver sets ESRC_TEST_REQUIRE, which makes a missing URL an error).
