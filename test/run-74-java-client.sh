@@ -20,11 +20,15 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-if ! command -v mvn >/dev/null; then
-    [ "$(id -u)" = 0 ] || die "mvn is missing; install maven"
-    log "installing maven (apt-get)"
+# mvn and a JDK (ensure_deps installs a JRE only, and mvn only without cached Kafka jars)
+need=()
+command -v mvn >/dev/null || need+=(maven)
+command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+if [ ${#need[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing ${need[*]}; install them"
+    log "installing ${need[*]} (apt-get)"
     apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
 fi
 cache="$ESRC_CACHE/java-client"
 mkdir -p "$cache"
