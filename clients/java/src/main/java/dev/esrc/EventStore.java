@@ -332,6 +332,33 @@ public final class EventStore {
         }
     }
 
+    // crypto-shredding (docs/lifecycle.md)
+
+    /**
+     * esrc.encrypt: the envelope (a JSON string, as JSON text) of a JSON value (JSON text)
+     * encrypted for a subject and a field; store it in an event's data.
+     */
+    public String encrypt(String subject, String field, String valueJson) {
+        return withConnection(c -> text(c, "SELECT esrc.encrypt(?, ?, ?::text::jsonb)::text", subject, field, valueJson));
+    }
+
+    /** esrc.decrypt: the JSON text of the value, null once the subject was forgotten. */
+    public String decrypt(String subject, String field, String envelopeJson) {
+        return withConnection(c -> text(c, "SELECT esrc.decrypt(?, ?, ?::text::jsonb)::text", subject, field, envelopeJson));
+    }
+
+    private static String text(Connection c, String sql, String a, String b, String json) throws SQLException {
+        try (PreparedStatement ps = c.prepareStatement(sql)) {
+            ps.setString(1, a);
+            ps.setString(2, b);
+            ps.setString(3, json);
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                return rs.getString(1);
+            }
+        }
+    }
+
     /** A snapshot row: its state (JSON text) and version (-1: the stream has no events). */
     public record SnapshotRow(String state, long version) {}
 

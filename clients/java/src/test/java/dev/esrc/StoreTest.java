@@ -110,6 +110,16 @@ class StoreTest {
     }
 
     @Test
+    void encryptDecryptAndForget() {
+        String subject = Db.unique("user");
+        String env = store.encrypt(subject, "email", "\"a@example.com\"");
+        assertTrue(env.startsWith("\"esrc:"), env);
+        assertEquals("\"a@example.com\"", store.decrypt(subject, "email", env));
+        Db.exec(ds, "SELECT esrc.forget_subject('" + subject + "', 'test')");
+        assertNull(store.decrypt(subject, "email", env));
+    }
+
+    @Test
     void upcastersApplyOnEveryRead() {
         String s = Db.unique("order");
         // shape 1 (no esrc_schema), shape 2 and an old type name, written as older clients did
