@@ -207,6 +207,8 @@ class DeciderTest {
             return i;
         });
         assertTrue(done.stream().mapToInt(Integer::intValue).sum() > 16);
+        System.out.printf("16 threads: %d commands, %d accepted, %d of them after a 40001%n",
+            done.stream().mapToInt(Integer::intValue).sum(), accepted.size(), retried.get());
         // replay: the balance never goes negative, versions have no holes, each accepted
         // command's events are in the log exactly once (ids from the command id)
         Set<UUID> ids = new HashSet<>();
