@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # bench/dcb/run.sh: the figures of issue 28 (docs/dcb.md, "Cost").
 #   1. esrc.append of an event with 3 tags / without tags, BENCH_CLIENTS (8)
-#      clients, random streams; target >= 0.85x.
+#      clients, random streams; target >= 0.85x.  In the same rounds a
+#      plain INSERT of the same row into a table shaped like esrc.events
+#      (its columns, constraints and indexes, sequences for position and version,
+#      gen_random_uuid() for the id), the floor an append stands on.  All
+#      three with synchronous_commit off (CPU-bound: what esrc's own code
+#      costs) and on (every commit waits for its WAL flush), the setting
+#      given per session (PGOPTIONS).  BENCH_MODE (simple) is pgbench's
+#      query mode; "prepared" leaves out the parsing and planning of the
+#      statements, which the tagged one pays more of (its ARRAY[...]).
 #   2. esrc.append_if with disjoint conditions (a tag of its own per call,
 #      "after" = esrc.safe_position() as a decision right after its read)
 #      / esrc.append_batch of the same event without a condition; target
@@ -11,6 +19,7 @@
 #      BENCH_BIG (1M) events with 3 tags each: calls/s, ratio <= 1.5x.
 #   4. Space: esrc.events with its indexes per 1M events with 3 tags and
 #      without tags (BENCH_SPACE events each, scaled).
+# BENCH_APPENDS_ONLY=1 stops after 1. and 2.
 # Runs alternate within each round (BENCH_ROUNDS, 3) to spread machine
 # noise; medians of the per-round ratios.  Asserts nothing.
 #
@@ -41,6 +50,15 @@ bench() {   # bench FILE [pgbench options]: tx/s
     "$PG_BINDIR/pgbench" -n -c "$clients" -j 2 -T "$secs" "$@" -f "$dir/$f" 2>"$dir/$f.err" \
         | tee "$dir/$f.out" | awk '/^tps = /{printf "%d", $3}'
 }
+ratio() { python3 -c "print('%.3f' % ($1 / $2))"; }
+mode=${BENCH_MODE:-simple}
+q <<'SQL'
+CREATE SEQUENCE plain_seq;
+CREATE SEQUENCE plain_version;
+CREATE TABLE plain (LIKE esrc.events INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES);
+ALTER TABLE plain ALTER position SET DEFAULT nextval('plain_seq'),
+    ALTER id SET DEFAULT gen_random_uuid(), ALTER recorded_at SET DEFAULT now();
+SQL
 
 cat >"$dir/untagged" <<'SQL'
 \set s random(1, 100000)
@@ -51,6 +69,10 @@ cat >"$dir/tagged" <<'SQL'
 \set t random(1, 1000)
 \set u random(1, 100)
 SELECT esrc.append('bench-' || :s, 'Tick', '{"n": 1}', tags => ARRAY['entity:' || :s, 'group:' || :t, 'region:' || :u]);
+SQL
+cat >"$dir/plain" <<'SQL'
+\set s random(1, 100000)
+INSERT INTO plain (stream, version, type, data, category) VALUES ('bench-' || :s, nextval('plain_version'), 'Tick', '{"n": 1}', 'bench');
 SQL
 cat >"$dir/batch" <<'SQL'
 \set s random(1, 1000000000)
@@ -71,23 +93,33 @@ SELECT esrc.append_if('hot-' || :s, '[{"type": "Decided", "data": {"n": 1}, "tag
                           'after', esrc.safe_position()));
 SQL
 
-echo "bench/dcb: $clients clients, ${secs}s per run, $rounds rounds, $(nproc) cores (shared machine)"
+echo "bench/dcb: $clients clients, ${secs}s per run, $rounds rounds, $(nproc) cores (shared machine), pgbench -M $mode"
 declare -A this
-r1= ; r2=
+declare -A res
 for r in $(seq 1 "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then order="tagged untagged cond batch"; else order="untagged tagged batch cond"; fi
+    for sc in off on; do
+        if [ $((r % 2)) = 1 ]; then order="tagged untagged plain"; else order="plain untagged tagged"; fi
+        for f in $order; do this[$f]=$(PGOPTIONS="-c synchronous_commit=$sc" bench $f -M "$mode"); done
+        printf '  round %d, synchronous_commit %-3s: append 3 tags %s, no tags %s, plain INSERT %s tx/s\n' \
+            "$r" $sc "${this[tagged]}" "${this[untagged]}" "${this[plain]}"
+        res[tag$sc]="${res[tag$sc]:-} $(ratio "${this[tagged]}" "${this[untagged]}")"
+        res[plain$sc]="${res[plain$sc]:-} $(ratio "${this[untagged]}" "${this[plain]}")"
+    done
+    if [ $((r % 2)) = 1 ]; then order="cond batch"; else order="batch cond"; fi
     for f in $order; do this[$f]=$(bench $f); done
-    printf '  round %d: append 3 tags %s, no tags %s tx/s; append_if disjoint %s, append_batch %s tx/s\n' \
-        "$r" "${this[tagged]}" "${this[untagged]}" "${this[cond]}" "${this[batch]}"
-    r1="$r1 $(python3 -c "print('%.3f' % (${this[tagged]} / ${this[untagged]}))")"
-    r2="$r2 $(python3 -c "print('%.3f' % (${this[cond]} / ${this[batch]}))")"
+    printf '  round %d: append_if disjoint %s, append_batch %s tx/s\n' "$r" "${this[cond]}" "${this[batch]}"
+    res[cond]="${res[cond]:-} $(ratio "${this[cond]}" "${this[batch]}")"
     q -c "CHECKPOINT"
 done
-echo "  append 3 tags / no tags: median $(median "$r1")x ($r1 ) (target >= 0.85x)"
-echo "  append_if disjoint / append_batch: median $(median "$r2")x ($r2 ) (target >= 0.8x)"
+for sc in off on; do
+    echo "  synchronous_commit $sc: append 3 tags / no tags: median $(median "${res[tag$sc]}")x (${res[tag$sc]} ) (target >= 0.85x)"
+    echo "  synchronous_commit $sc: append no tags / plain INSERT: median $(median "${res[plain$sc]}")x (${res[plain$sc]} )"
+done
+echo "  append_if disjoint / append_batch: median $(median "${res[cond]}")x (${res[cond]} ) (target >= 0.8x)"
 hot=$(bench hot --max-tries=1000)
 retries=$(awk '/number of transactions retried/{print $5 $6}' "$dir/hot.out")
 echo "  append_if on one hot tag: $hot tx/s, retried: ${retries:-0} (serialized)"
+[ -z "${BENCH_APPENDS_ONLY:-}" ] || exit 0
 
 # 3. read_query of a rare tag at two sizes (a database each)
 fill() {   # fill DB N: N events with 3 tags (1,000 per batch), one rare tag in the middle
