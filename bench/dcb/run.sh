@@ -3,11 +3,14 @@
 #   1. esrc.append of an event with 3 tags / without tags, BENCH_CLIENTS (8)
 #      clients, random streams; target >= 0.85x.  In the same rounds a
 #      plain INSERT of the same row into a table shaped like esrc.events
-#      (its columns, constraints and indexes, sequences for position and version,
-#      gen_random_uuid() for the id), the floor an append stands on.  All
-#      three with synchronous_commit off (CPU-bound: what esrc's own code
-#      costs) and on (every commit waits for its WAL flush), the setting
-#      given per session (PGOPTIONS).  BENCH_MODE (simple) is pgbench's
+#      (its columns, constraints and indexes, sequences for position and
+#      version, gen_random_uuid() for the id), the floor an append stands
+#      on, and the same INSERT with the 3 tags: plain INSERT with tags /
+#      without is what the GIN index and the array cost PostgreSQL
+#      itself, the floor of the tagged/untagged ratio.  All four with
+#      synchronous_commit off (CPU-bound: what esrc's own code costs) and
+#      on (every commit waits for its WAL flush), the setting given per
+#      session (PGOPTIONS).  BENCH_MODE (simple) is pgbench's
 #      query mode; "prepared" leaves out the parsing and planning of the
 #      statements, which the tagged one pays more of (its ARRAY[...]).
 #   2. esrc.append_if with disjoint conditions (a tag of its own per call,
@@ -74,6 +77,13 @@ cat >"$dir/plain" <<'SQL'
 \set s random(1, 100000)
 INSERT INTO plain (stream, version, type, data, category) VALUES ('bench-' || :s, nextval('plain_version'), 'Tick', '{"n": 1}', 'bench');
 SQL
+cat >"$dir/plaintags" <<'SQL'
+\set s random(1, 100000)
+\set t random(1, 1000)
+\set u random(1, 100)
+INSERT INTO plain (stream, version, type, data, category, tags) VALUES ('bench-' || :s, nextval('plain_version'), 'Tick', '{"n": 1}', 'bench',
+    ARRAY['entity:' || :s, 'group:' || :t, 'region:' || :u]);
+SQL
 cat >"$dir/batch" <<'SQL'
 \set s random(1, 1000000000)
 SELECT esrc.append_batch('dec-' || :s, jsonb_build_array(jsonb_build_object('type', 'Decided', 'data', '{"n": 1}'::jsonb,
@@ -98,12 +108,13 @@ declare -A this
 declare -A res
 for r in $(seq 1 "$rounds"); do
     for sc in off on; do
-        if [ $((r % 2)) = 1 ]; then order="tagged untagged plain"; else order="plain untagged tagged"; fi
+        if [ $((r % 2)) = 1 ]; then order="tagged untagged plain plaintags"; else order="plaintags plain untagged tagged"; fi
         for f in $order; do this[$f]=$(PGOPTIONS="-c synchronous_commit=$sc" bench $f -M "$mode"); done
-        printf '  round %d, synchronous_commit %-3s: append 3 tags %s, no tags %s, plain INSERT %s tx/s\n' \
-            "$r" $sc "${this[tagged]}" "${this[untagged]}" "${this[plain]}"
+        printf '  round %d, synchronous_commit %-3s: append 3 tags %s, no tags %s; plain INSERT %s, with 3 tags %s tx/s\n' \
+            "$r" $sc "${this[tagged]}" "${this[untagged]}" "${this[plain]}" "${this[plaintags]}"
         res[tag$sc]="${res[tag$sc]:-} $(ratio "${this[tagged]}" "${this[untagged]}")"
         res[plain$sc]="${res[plain$sc]:-} $(ratio "${this[untagged]}" "${this[plain]}")"
+        res[ptag$sc]="${res[ptag$sc]:-} $(ratio "${this[plaintags]}" "${this[plain]}")"
     done
     if [ $((r % 2)) = 1 ]; then order="cond batch"; else order="batch cond"; fi
     for f in $order; do this[$f]=$(bench $f); done
@@ -113,6 +124,7 @@ for r in $(seq 1 "$rounds"); do
 done
 for sc in off on; do
     echo "  synchronous_commit $sc: append 3 tags / no tags: median $(median "${res[tag$sc]}")x (${res[tag$sc]} ) (target >= 0.85x)"
+    echo "  synchronous_commit $sc: plain INSERT with 3 tags / without: median $(median "${res[ptag$sc]}")x (${res[ptag$sc]} )"
     echo "  synchronous_commit $sc: append no tags / plain INSERT: median $(median "${res[plain$sc]}")x (${res[plain$sc]} )"
 done
 echo "  append_if disjoint / append_batch: median $(median "${res[cond]}")x (${res[cond]} ) (target >= 0.8x)"
