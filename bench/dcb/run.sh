@@ -13,6 +13,10 @@
 #      session (PGOPTIONS).  BENCH_MODE (simple) is pgbench's
 #      query mode; "prepared" leaves out the parsing and planning of the
 #      statements, which the tagged one pays more of (its ARRAY[...]).
+#      Then the backend's CPU per call (utime + stime from /proc), one
+#      session calling a procedure that makes BENCH_CPU_CALLS (5,000) of
+#      each, one transaction each, synchronous_commit off: steadier than
+#      tx/s on a shared machine, and without pgbench's parsing.
 #   2. esrc.append_if with disjoint conditions (a tag of its own per call,
 #      "after" = esrc.safe_position() as a decision right after its read)
 #      / esrc.append_batch of the same event without a condition; target
@@ -128,6 +132,58 @@ for sc in off on; do
     echo "  synchronous_commit $sc: append no tags / plain INSERT: median $(median "${res[plain$sc]}")x (${res[plain$sc]} )"
 done
 echo "  append_if disjoint / append_batch: median $(median "${res[cond]}")x (${res[cond]} ) (target >= 0.8x)"
+
+# the backend's CPU per call, one session (1.)
+q <<'SQL'
+CREATE PROCEDURE cpu_calls(n int, kind text) LANGUAGE plpgsql AS $$
+DECLARE s int;
+BEGIN
+    FOR i IN 1..n LOOP
+        s := (random() * 100000)::int;
+        IF kind = 'tagged' THEN
+            PERFORM esrc.append('cpu-' || s, 'Tick', '{"n": 1}',
+                tags => ARRAY['entity:' || s, 'group:' || (s % 1000), 'region:' || (s % 100)]);
+        ELSIF kind = 'untagged' THEN
+            PERFORM esrc.append('cpu-' || s, 'Tick', '{"n": 1}');
+        ELSIF kind = 'plaintags' THEN
+            INSERT INTO plain (stream, version, type, data, category, tags) VALUES ('cpu-' || s,
+                nextval('plain_version'), 'Tick', '{"n": 1}', 'cpu',
+                ARRAY['entity:' || s, 'group:' || (s % 1000), 'region:' || (s % 100)]);
+        ELSE
+            INSERT INTO plain (stream, version, type, data, category) VALUES ('cpu-' || s,
+                nextval('plain_version'), 'Tick', '{"n": 1}', 'cpu');
+        END IF;
+        COMMIT;
+    END LOOP;
+END $$;
+SQL
+cpu_us() {   # cpu_us KIND: backend CPU µs per call
+    python3 - "$1" "${BENCH_CPU_CALLS:-5000}" <<'PY'
+import os, subprocess, sys
+kind, n = sys.argv[1], int(sys.argv[2])
+p = subprocess.Popen(['psql', '-qAtX', '-v', 'ON_ERROR_STOP=1', '-c', 'SET synchronous_commit = off', '-f', '-'],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+def q(sql):
+    p.stdin.write(sql + "\n"); p.stdin.flush(); return p.stdout.readline().strip()
+pid = q("SELECT pg_backend_pid();")
+def cpu():
+    f = open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()
+    return int(f[11]) + int(f[12])
+t0 = cpu(); q("CALL cpu_calls(%d, '%s'); SELECT 1;" % (n, kind)); t1 = cpu()
+p.stdin.close(); p.wait()
+print('%.1f' % ((t1 - t0) * 1e6 / os.sysconf('SC_CLK_TCK') / n))
+PY
+}
+for r in $(seq 1 "$rounds"); do
+    if [ $((r % 2)) = 1 ]; then order="tagged untagged plain plaintags"; else order="plaintags plain untagged tagged"; fi
+    for f in $order; do this[$f]=$(cpu_us $f); done
+    printf '  round %d, backend CPU per call: append 3 tags %s, no tags %s; plain INSERT %s, with 3 tags %s µs\n' \
+        "$r" "${this[tagged]}" "${this[untagged]}" "${this[plain]}" "${this[plaintags]}"
+    res[cputag]="${res[cputag]:-} $(ratio "${this[untagged]}" "${this[tagged]}")"
+    res[cpuplain]="${res[cpuplain]:-} $(ratio "${this[plain]}" "${this[plaintags]}")"
+done
+echo "  backend CPU, append no tags / 3 tags: median $(median "${res[cputag]}")x (${res[cputag]} ) (target >= 0.85x)"
+echo "  backend CPU, plain INSERT no tags / 3 tags: median $(median "${res[cpuplain]}")x (${res[cpuplain]} )"
 hot=$(bench hot --max-tries=1000)
 retries=$(awk '/number of transactions retried/{print $5 $6}' "$dir/hot.out")
 echo "  append_if on one hot tag: $hot tx/s, retried: ${retries:-0} (serialized)"
