@@ -57,9 +57,10 @@ def test_async_tags_and_read_query(dsn: str, uid: str) -> None:
             assert [e.version for e in got] == [0, 1]
             cond = AppendCondition(Query.tagged(t), h)
             assert await store.append_if(s, [NewEvent("Noted", {}, tags=[t])], cond) == 3
-            with pytest.raises(esrc.ConcurrencyError) as e:
+            with pytest.raises(esrc.AppendConditionError) as e:
                 await store.append_if(s, [NewEvent("Noted", {}, tags=[t])], cond)
             assert e.value.sqlstate == "40001" and "condition" in e.value.message
+            assert isinstance(e.value, esrc.ConcurrencyError)
             assert await store.stream_version(s) == 3
     asyncio.run(main())
 
@@ -105,7 +106,7 @@ def test_unique_username_two_concurrent_decisions(dsn: str, uid: str) -> None:
     won = [u for u, r in results.items() if r is True]
     lost = [r for r in results.values() if isinstance(r, esrc.EsrcError)]
     assert len(won) == 1 and len(lost) == 1, results
-    assert isinstance(lost[0], esrc.ConcurrencyError) and lost[0].sqlstate == "40001"
+    assert isinstance(lost[0], esrc.AppendConditionError) and lost[0].sqlstate == "40001"
     assert "condition of append" in lost[0].message and lost[0].hint
     with esrc.EventStore.connect(dsn, types=types) as store:
         holders = store.read_query(Query.tagged("username:" + name))
@@ -141,7 +142,7 @@ async def subscribe(store: esrc.AsyncEventStore, course: str, student: str,
                                             tags=["course:" + course, "student:" + student])],
                                   AppendCondition(q, h))
             return "subscribed"
-        except esrc.ConcurrencyError:
+        except esrc.AppendConditionError:
             continue
     return "gave up"
 
@@ -182,8 +183,9 @@ def test_append_if_checks(store: esrc.EventStore, uid: str) -> None:
     # the condition as the server's JSON, expected_version checked too (40001)
     cond = {"fail_if_events_match": {"items": [{"tags": [t]}]}, "after": h}
     assert store.append_if(s, [ev], cond, esrc.NO_STREAM) == 0
-    with pytest.raises(esrc.ConcurrencyError):
-        store.append_if(s, [NewEvent("Noted", {}, tags=["x:" + uid])], {**cond, "after": h + 1}, 5)
+    with pytest.raises(esrc.ConcurrencyError) as e1:
+        store.append_if(s, [NewEvent("Noted", {}, tags=["x:" + uid])], {**cond, "after": store.safe_position()}, 5)
+    assert not isinstance(e1.value, esrc.AppendConditionError)
     # a condition above the horizon is refused (22023)
     with pytest.raises(esrc.InvalidEventError) as e:
         store.append_if(s, [ev], AppendCondition(Query.tagged(t), store.safe_position() + 1000))

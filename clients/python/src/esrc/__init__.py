@@ -13,7 +13,8 @@ from .consumer import (AsyncConsumer, AsyncProjection, Consumer, ConsumerStats, 
 from .dcb import AppendCondition, Query, QueryItem
 from .decider import (AsyncCommandHandler, Backoff, CommandHandler, Decider, Outcome,
                       event_id)
-from .errors import (CancelledError, ConcurrencyError, ConnectionLostError, DecodeError,
+from .errors import (AppendConditionError, CancelledError, ConcurrencyError, ConnectionLostError,
+                     DecodeError,
                      DuplicateIdError, EsrcError, InvalidEventError, NotFoundError,
                      ObjectStateError, PermissionDeniedError, RetriesExhausted,
                      ServerVersionError)
@@ -30,7 +31,8 @@ __all__ = [
     "Decider", "CommandHandler", "AsyncCommandHandler", "Backoff", "Outcome", "event_id",
     "Consumer", "AsyncConsumer", "ConsumerStats", "Projection", "AsyncProjection",
     "ensure_subscription", "ensure_subscription_async",
-    "EsrcError", "ConcurrencyError", "RetriesExhausted", "ObjectStateError",
+    "EsrcError", "ConcurrencyError", "AppendConditionError", "RetriesExhausted",
+    "ObjectStateError",
     "InvalidEventError", "DuplicateIdError", "NotFoundError", "PermissionDeniedError",
     "CancelledError", "ConnectionLostError", "ServerVersionError", "DecodeError",
 ]
