@@ -3,7 +3,9 @@
 #   - mvn builds the module (Java 17) and runs its JUnit 5 tests with
 #     Surefire, ESRC_TEST_URL pointing at a server started here: the store
 #     API (appends, ids, metadata, tags, reads forward/backward/paged,
-#     SQLSTATEs, erased streams, upcasters), the seed scenario with three
+#     SQLSTATEs, erased streams, upcasters), readQuery and appendIf (two
+#     concurrent decisions on one condition: exactly one is stored), the
+#     seed scenario with three
 #     threads (versions 1, 2, 3) from the events and from a snapshot table,
 #     a command retried after a lost commit (written once), bounded
 #     retries, 16 threads of random commands whose invariants are checked by

@@ -68,6 +68,10 @@ public class EsrcException extends RuntimeException {
         }
         switch (state) {
             case "40001":
+                if (message.startsWith("condition of append")) {
+                    return new AppendConditionFailedException(message, state, detail, hint, e);
+                }
+                return new WrongExpectedVersionException(message, state, detail, hint, e);
             case "40P01":
                 return new WrongExpectedVersionException(message, state, detail, hint, e);
             case "55000":

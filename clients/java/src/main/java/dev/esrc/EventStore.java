@@ -46,6 +46,10 @@ public final class EventStore {
     private static final String APPEND_TAGS_SQL =
         "SELECT esrc.append(?, ?, ?::text::jsonb, ?::text::jsonb, ?::bigint, ?::uuid, ?::text[])";
     private static final String APPEND_BATCH_SQL = "SELECT esrc.append_batch(?, ?::text::jsonb, ?::bigint)";
+    private static final String APPEND_IF_SQL = "SELECT esrc.append_if(?, ?::text::jsonb, ?::text::jsonb, ?::bigint)";
+    private static final String READ_QUERY_SQL =
+        "SELECT " + COLUMNS + " FROM esrc.read_query(?::text::jsonb, ?::bigint, ?::int, ?::bigint)";
+    private static final String SAFE_POSITION_SQL = "SELECT esrc.safe_position()";
     private static final String READ_STREAM_SQL =
         "SELECT " + COLUMNS + " FROM esrc.read_stream(?, ?::bigint, ?::int)";
     private static final String READ_BACKWARD_SQL =
@@ -180,6 +184,33 @@ public final class EventStore {
         }
     }
 
+    /**
+     * esrc.append_if: append the events (registered instances or {@link NewEvent}s, with their tags)
+     * atomically only if no event matching {@code condition}'s query is stored after its position;
+     * the stream's new version. Otherwise {@link AppendConditionFailedException} (40001, nothing
+     * written); a wrong {@code expectedVersion} is a {@link WrongExpectedVersionException}; a
+     * position above the horizon an {@link InvalidEventException} (22023).
+     */
+    public long appendIf(String stream, List<?> events, AppendCondition condition, Long expectedVersion) {
+        return withConnection(c -> appendIf(c, stream, events, condition, expectedVersion));
+    }
+
+    /** {@link #appendIf(String, List, AppendCondition, Long)} on the caller's connection. */
+    public long appendIf(Connection c, String stream, List<?> events, AppendCondition condition, Long expectedVersion) {
+        if (events.isEmpty()) throw new InvalidEventException("no events to append", null, null, null, null);
+        List<NewEvent> encoded = new ArrayList<>(events.size());
+        for (Object e : events) encoded.add(types.encode(e, null, null));
+        try (PreparedStatement ps = c.prepareStatement(APPEND_IF_SQL)) {
+            ps.setString(1, stream);
+            ps.setString(2, batchJson(encoded));
+            ps.setString(3, condition.toJson());
+            setLong(ps, 4, expectedVersion);
+            return single(ps);
+        } catch (SQLException e) {
+            throw EsrcException.of(e);
+        }
+    }
+
     private static long single(PreparedStatement ps) throws SQLException {
         try (ResultSet rs = ps.executeQuery()) {
             rs.next();
@@ -232,6 +263,41 @@ public final class EventStore {
     /** Committed events of one category after a position. */
     public List<RecordedEvent> readCategory(String category, long afterPosition, int maxCount) {
         return withConnection(c -> query(c, READ_CATEGORY_SQL, category, afterPosition, maxCount));
+    }
+
+    /** esrc.safe_position(): the commit-safe horizon; a decision takes it before it reads. */
+    public long safePosition() {
+        return withConnection(c -> {
+            try (PreparedStatement ps = c.prepareStatement(SAFE_POSITION_SQL)) {
+                return single(ps);
+            }
+        });
+    }
+
+    /**
+     * esrc.read_query: the committed events matching the query with {@code after < position <= upTo}
+     * (null: the horizon), in position order, at most maxCount (null: all).
+     */
+    public List<RecordedEvent> readQuery(Query query, long after, Integer maxCount, Long upTo) {
+        return withConnection(c -> readQuery(c, query, after, maxCount, upTo));
+    }
+
+    /** Every committed event matching the query, up to the horizon. */
+    public List<RecordedEvent> readQuery(Query query) {
+        return readQuery(query, 0, null, null);
+    }
+
+    /** {@link #readQuery(Query, long, Integer, Long)} on the caller's connection. */
+    public List<RecordedEvent> readQuery(Connection c, Query query, long after, Integer maxCount, Long upTo) {
+        try (PreparedStatement ps = c.prepareStatement(READ_QUERY_SQL)) {
+            ps.setString(1, query.toJson());
+            ps.setLong(2, after);
+            if (maxCount == null) ps.setNull(3, Types.INTEGER); else ps.setInt(3, maxCount);
+            setLong(ps, 4, upTo);
+            return rows(ps);
+        } catch (SQLException e) {
+            throw EsrcException.of(e);
+        }
     }
 
     /** The stream's events from fromVersion on, read lazily in pages of pageSize (one statement a page). */
