@@ -616,3 +616,44 @@ COMMENT ON VIEW esrc.metrics IS
 COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
 COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}, and "projection" or "subscription" for their figures.';
 COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
+
+------------------------------------------------------------------------
+-- proj-wait (issue 31, read-your-writes): esrc.last_position(),
+-- esrc.wait_for_subscription() and esrc.wait_for_projection()
+-- (src/log/lastpos.c, src/subscription/subprogress.c,
+-- src/projection/projwait.c).
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.last_position() RETURNS bigint
+    LANGUAGE c VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_last_position';
+COMMENT ON FUNCTION esrc.last_position() IS
+    'The global position of the last event this session appended (append, append_if, append_batch: the last of the batch), null before its first append; kept after the commit and after a rollback.';
+REVOKE ALL ON FUNCTION esrc.last_position() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.last_position() TO esrc_writer, esrc_reader;
+
+CREATE FUNCTION esrc.wait_for_subscription(
+    name text,
+    "position" bigint,
+    timeout interval DEFAULT '5s')
+RETURNS text
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_wait_for_subscription';
+COMMENT ON FUNCTION esrc.wait_for_subscription(text, bigint, interval) IS
+    'Wait until the subscription''s consumer group has acknowledged every event of its categories up to position: ''applied'', or ''timeout''; woken by the acknowledging commit (READ COMMITTED only).';
+REVOKE ALL ON FUNCTION esrc.wait_for_subscription(text, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.wait_for_subscription(text, bigint, interval) TO esrc_reader;
+
+CREATE FUNCTION esrc.wait_for_projection(
+    name text,
+    "position" bigint,
+    timeout interval DEFAULT '5s')
+RETURNS text
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_wait_for_projection';
+COMMENT ON FUNCTION esrc.wait_for_projection(text, bigint, interval) IS
+    'Wait until the projection has applied every event of its categories up to position (its rows are then visible to the next statement): ''applied'', or ''timeout''; 55000 for a partition blocked at or below position or a paused projection; woken by the workers'' commit (READ COMMITTED only).';
+REVOKE ALL ON FUNCTION esrc.wait_for_projection(text, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION esrc.wait_for_projection(text, bigint, interval) TO esrc_reader;

@@ -109,7 +109,7 @@ _PG_init(void)
 static Size
 esrc_shmem_size(void)
 {
-	return add_size(add_size(add_size(esrc_order_shmem_size(), esrc_wait_shmem_size()),
+	return add_size(add_size(add_size(esrc_order_shmem_size(), add_size(esrc_wait_shmem_size(), esrc_progress_shmem_size())),
 							 add_size(esrc_lease_shmem_size(), esrc_projection_shmem_size())),
 					add_size(add_size(esrc_mark_shmem_size(), esrc_metrics_shmem_size()),
 							 add_size(esrc_forwarder_shmem_size(), esrc_standby_shmem_size())));
@@ -134,6 +134,7 @@ esrc_shmem_startup(void)
 	esrc_order_shmem_init();
 	esrc_forwarder_shmem_init();
 	esrc_wait_shmem_init();
+	esrc_progress_shmem_init();
 	esrc_lease_shmem_init();
 	esrc_projection_shmem_init();
 	esrc_mark_shmem_init();

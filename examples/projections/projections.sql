@@ -262,6 +262,30 @@ SELECT directory.check();
 SELECT * FROM directory.user_names ORDER BY name;
 
 ------------------------------------------------------------------------
+-- 4b. Read your own write: a command appends, the caller waits until the
+--     projection has applied the event, then queries the read model.
+--     esrc.last_position() is the position of the session's last appended
+--     event (the append functions return the stream's version); the wait
+--     returns 'applied' once the projection applied every event of its
+--     categories up to it, woken by the workers' commit, and the rows are
+--     then visible to the next statement.  It refuses to wait inside the
+--     transaction that appended: commit first (autocommit here).
+------------------------------------------------------------------------
+SELECT security.change_user_name(security.user_id_of('edsger@example.com'), 'Dijkstra');
+SELECT esrc.wait_for_projection('user_names_v2', esrc.last_position(), '10s');
+SELECT name FROM directory.user_names
+ WHERE stream = 'user-' || security.user_id_of('edsger@example.com');
+DO $$
+BEGIN
+    IF (SELECT name FROM directory.user_names
+         WHERE stream = 'user-' || security.user_id_of('edsger@example.com'))
+       IS DISTINCT FROM 'Dijkstra' THEN
+        RAISE EXCEPTION 'directory.user_names does not show the rename the wait said was applied';
+    END IF;
+END
+$$;
+
+------------------------------------------------------------------------
 -- 5. Rebuild in place: reset_projection truncates (the reset function)
 --    and puts the checkpoints back to the beginning in one transaction;
 --    the workers apply everything again.

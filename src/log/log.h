@@ -83,6 +83,13 @@ extern void esrc_mark_shmem_init(void);
 
 /* order.c */
 extern int64 esrc_allocate_position(Oid seqoid, const char *category);
+/*
+ * the last position this backend took, 0 = none (esrc.last_position(),
+ * lastpos.c); whether the current transaction appended (then it holds
+ * back the horizon: the waits of subprogress.c refuse to wait)
+ */
+extern int64 esrc_last_appended;
+extern bool esrc_xact_appended(void);
 extern int64 esrc_safe_position(Oid seqoid);
 extern int64 esrc_sequence_last_value(Oid seqoid);
 extern XLogRecPtr esrc_appended_commit_end(void);

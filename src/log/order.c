@@ -308,6 +308,11 @@
 /* Does the current transaction hold a slot?  Backend-local. */
 static bool esrc_xact_has_slot = false;
 
+/* The last position this backend took (0: none yet); esrc.last_position() */
+int64		esrc_last_appended = 0;
+
+static int64 allocate_position(Oid seqoid, const char *category);
+
 /*
  * Backend-local copy of what the slot says about the categories of the
  * current transaction, so that a repeat append to one of them costs a few
@@ -503,6 +508,23 @@ take_position(Oid seqoid, pg_atomic_uint64 *word)
  */
 int64
 esrc_allocate_position(Oid seqoid, const char *category)
+{
+	int64		pos = allocate_position(seqoid, category);
+
+	/* esrc.last_position() (lastpos.c): positions only grow in a backend */
+	esrc_last_appended = pos;
+	return pos;
+}
+
+/* Has the current transaction taken a position (appended)?  Backend-local. */
+bool
+esrc_xact_appended(void)
+{
+	return esrc_xact_has_slot;
+}
+
+static int64
+allocate_position(Oid seqoid, const char *category)
 {
 	EsrcInflightSlot *slot = my_slot();
 	uint64		hash = esrc_category_hash(category, strlen(category));

@@ -631,6 +631,8 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	}
 	SPI_finish();
 	wake_workers_at_commit();
+	/* a wait for it learns of the pause at commit (projwait.c) */
+	esrc_sub_progress_at_commit(def->subscription_id);
 }
 
 /* esrc.projection_pause(name) */
@@ -739,6 +741,7 @@ esrc_projection_skip(PG_FUNCTION_ARGS)
 		mvalues[1] = Int32GetDatum(partition);
 		mvalues[2] = Int64GetDatum(position);
 		catalog_run(move_sql, 3, margtypes, mvalues, NULL, SPI_OK_UPDATE);
+		esrc_sub_progress_at_commit(def->subscription_id);
 		mvalues[0] = Int64GetDatum(def->id);
 		catalog_run(clear_sql, 2, margtypes, mvalues, NULL, SPI_OK_UPDATE);
 	}

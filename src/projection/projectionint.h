@@ -71,6 +71,12 @@ extern void esrc_projection_erase_clear(ProjErase *e);
 extern void esrc_projection_erase_note(ProjErase *e, struct TupleTableSlot *slot);
 extern void esrc_projection_erase_flush(ProjErase *e, Oid owner);
 
+/* projretry.c: the handlers a pg_proc change retries (projworker.c) */
+extern void esrc_projretry_init(void);
+extern bool esrc_projretry_pending(void);
+extern bool esrc_projretry_changed(Oid handler);
+extern void esrc_projretry_reset(void);
+
 /* projhint.c: a failing handler's error, with the search_path hint */
 extern char *esrc_handler_error_text(const ErrorData *edata);
 

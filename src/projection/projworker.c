@@ -27,8 +27,8 @@
  * retry_at comes the event is tried alone, with a delay that doubles up to
  * esrc.projection_retry_max_delay; after esrc.projection_max_attempts
  * failures the partition is blocked until esrc.projection_skip,
- * esrc.projection_resume or a change of any function (a pg_proc
- * invalidation: the handler may have been fixed) retries it.  The other
+ * esrc.projection_resume or a change of its handler (a pg_proc
+ * invalidation: it may have been fixed; projretry.c) retries it.  The other
  * partitions go on.  A batch that fails outside the handler (at commit: a
  * deferred constraint of a table the handler wrote; in the checkpoint
  * write) is rolled back and counts the same way (batch_failed), but for a
@@ -156,17 +156,10 @@ typedef struct Narrowed
 static char member[ESRC_MAX_MEMBER_NAME + 1];
 static BatchAt batch_at;
 static Narrowed narrowed[MAX_NARROWED];
-static bool handlers_changed = false;
 static EsrcSubKey *held_keys = NULL;	/* subscriptions we may hold leases of */
 static int	nheld_keys = 0;
 
 static Oid	handler_argtype(Oid funcoid);
-
-static void
-proc_changed(Datum arg, int cacheid, uint32 hashvalue)
-{
-	handlers_changed = true;
-}
 
 /* Leave every group at exit, so the other workers take our partitions now. */
 static void
@@ -482,6 +475,8 @@ record_failure(Proj *pj, int32 p, int64 position, int attempts, ErrorData *edata
 	values[6] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[7] = Float8GetDatum(delay / 1000.0);
 	catalog_run(sql, 8, argtypes, values, NULL, SPI_OK_UPDATE);
+	/* a wait for this projection learns of it at commit (projwait.c) */
+	esrc_sub_progress_at_commit(pj->subid);
 	ereport(LOG,
 			(errmsg("projection \"%s\": %s at position " INT64_FORMAT " (partition %d, attempt %d)%s: %s",
 					pj->name, outside ? "batch failed outside the handler" : "handler failed",
@@ -881,17 +876,36 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	}
 }
 
-/* A handler may have been fixed: every blocked partition tries once more. */
+/*
+ * A handler may have been fixed: every blocked partition of the
+ * projections whose handler changed tries once more (projretry.c).
+ */
 static void
-unblock_all(void)
+unblock_changed(Proj *projs, int nprojs)
 {
 	static const char *sql =
 		"UPDATE esrc.projection_partitions SET blocked = false, retry_at = pg_catalog.now() "
-		"WHERE blocked";
+		"WHERE blocked AND projection_id OPERATOR(pg_catalog.=) ANY ($1)";
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	int64	   *ids = palloc(sizeof(int64) * Max(nprojs, 1));
+	int			n = 0;
+	int			i;
 
+	for (i = 0; i < nprojs; i++)
+		if (esrc_projretry_changed(projs[i].handler))
+			ids[n++] = projs[i].id;
+	esrc_projretry_reset();
+	if (n == 0)
+	{
+		pfree(ids);
+		return;
+	}
 	begin_xact();
-	catalog_run(sql, 0, NULL, NULL, NULL, SPI_OK_UPDATE);
+	values[0] = PointerGetDatum(int8_array(ids, n));
+	catalog_run(sql, 1, argtypes, values, NULL, SPI_OK_UPDATE);
 	end_xact();
+	pfree(ids);
 }
 
 /*
@@ -1056,11 +1070,8 @@ worker_loop(int number)
 			MemoryContextSwitchTo(old);
 			end_xact();
 		}
-		if (handlers_changed)
-		{
-			handlers_changed = false;
-			unblock_all();
-		}
+		if (esrc_projretry_pending())
+			unblock_changed(projs, nprojs);
 		if (scavenges(number))
 		{
 			TimestampTz now = GetCurrentTimestamp();
@@ -1124,7 +1135,7 @@ esrc_projection_worker_main(Datum arg)
 	pgstat_report_appname(psprintf("esrc projection worker %d", number));
 	SetConfigOption("search_path", PROJECTION_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	CacheRegisterSyscacheCallback(PROCOID, proc_changed, (Datum) 0);
+	esrc_projretry_init();
 	before_shmem_exit(leave_groups, (Datum) 0);
 
 	/* an error outside a handler: report it, wait a second, go on */

@@ -268,6 +268,13 @@ CREATE FUNCTION esrc.safe_position() RETURNS bigint
 COMMENT ON FUNCTION esrc.safe_position() IS
     'The read horizon: every event at or below this position has committed or rolled back; read_all never returns events beyond it.';
 
+CREATE FUNCTION esrc.last_position() RETURNS bigint
+    LANGUAGE c VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_last_position';
+COMMENT ON FUNCTION esrc.last_position() IS
+    'The global position of the last event this session appended (append, append_if, append_batch: the last of the batch), null before its first append; kept after the commit and after a rollback.';
+
 CREATE FUNCTION esrc.inflight_appends_internal(OUT pid integer, OUT min_position bigint)
 RETURNS SETOF record
     LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
@@ -332,7 +339,8 @@ GRANT SELECT ON esrc.standby_horizon TO esrc_reader;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA esrc FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.append(text, text, jsonb, jsonb, bigint, uuid, text[]),
                           esrc.append_batch(text, jsonb, bigint),
-                          esrc.append_if(text, jsonb, jsonb, bigint)
+                          esrc.append_if(text, jsonb, jsonb, bigint),
+                          esrc.last_position()
     TO esrc_writer;
 GRANT EXECUTE ON FUNCTION esrc.stream_version(text),
                           esrc.read_stream(text, bigint, int),
@@ -342,5 +350,6 @@ GRANT EXECUTE ON FUNCTION esrc.stream_version(text),
                           esrc.read_query(jsonb, bigint, int, bigint),
                           esrc.explain_query(jsonb),
                           esrc.safe_position(),
+                          esrc.last_position(),
                           esrc.inflight_appends_internal()
     TO esrc_reader;

@@ -130,6 +130,17 @@ RETURNS integer
 COMMENT ON FUNCTION esrc.ack(text, text, bigint) IS
     'Move the checkpoints of this member''s partitions to position (null = all its last poll covered) in the caller''s transaction; returns how many moved.';
 
+CREATE FUNCTION esrc.wait_for_subscription(
+    name text,
+    "position" bigint,
+    timeout interval DEFAULT '5s')
+RETURNS text
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_wait_for_subscription';
+COMMENT ON FUNCTION esrc.wait_for_subscription(text, bigint, interval) IS
+    'Wait until the subscription''s consumer group has acknowledged every event of its categories up to position: ''applied'', or ''timeout''; woken by the acknowledging commit (READ COMMITTED only).';
+
 CREATE FUNCTION esrc.stream_partition(stream text, partitions integer) RETURNS integer
     LANGUAGE c STRICT IMMUTABLE PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'esrc_stream_partition';
@@ -165,6 +176,7 @@ REVOKE ALL ON FUNCTION esrc.create_subscription(text, text[], integer, text, tex
                        esrc.revoke_subscription(text, regrole),
                        esrc.poll(text, text, integer, interval, bigint),
                        esrc.ack(text, text, bigint),
+                       esrc.wait_for_subscription(text, bigint, interval),
                        esrc.stream_partition(text, integer),
                        esrc.subscription_status_internal()
     FROM PUBLIC;
@@ -176,6 +188,7 @@ GRANT EXECUTE ON FUNCTION esrc.create_subscription(text, text[], integer, text, 
     TO esrc_subscriber;
 GRANT EXECUTE ON FUNCTION esrc.poll(text, text, integer, interval, bigint),
                           esrc.ack(text, text, bigint),
+                          esrc.wait_for_subscription(text, bigint, interval),
                           esrc.stream_partition(text, integer),
                           esrc.subscription_status_internal()
     TO esrc_reader;

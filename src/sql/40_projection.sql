@@ -150,6 +150,17 @@ CREATE FUNCTION esrc.reset_projection(name text) RETURNS void
 COMMENT ON FUNCTION esrc.reset_projection(text) IS
     'Rebuild a projection in place, in the caller''s transaction: call its reset function, put its checkpoints back to its start and clear its errors and counters.';
 
+CREATE FUNCTION esrc.wait_for_projection(
+    name text,
+    "position" bigint,
+    timeout interval DEFAULT '5s')
+RETURNS text
+    LANGUAGE c CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS 'MODULE_PATHNAME', 'esrc_wait_for_projection';
+COMMENT ON FUNCTION esrc.wait_for_projection(text, bigint, interval) IS
+    'Wait until the projection has applied every event of its categories up to position (its rows are then visible to the next statement): ''applied'', or ''timeout''; 55000 for a partition blocked at or below position or a paused projection; woken by the workers'' commit (READ COMMITTED only).';
+
 CREATE FUNCTION esrc.projections_guard() RETURNS event_trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_projections_guard';
 COMMENT ON FUNCTION esrc.projections_guard() IS
@@ -195,6 +206,7 @@ REVOKE ALL ON FUNCTION esrc.projection_skips_immutable(),
                        esrc.projection_resume(text),
                        esrc.projection_skip(text, bigint, text),
                        esrc.reset_projection(text),
+                       esrc.wait_for_projection(text, bigint, interval),
                        esrc.projections_guard()
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text),
@@ -204,4 +216,6 @@ GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], int
                           esrc.projection_skip(text, bigint, text),
                           esrc.reset_projection(text)
     TO esrc_subscriber;
+GRANT EXECUTE ON FUNCTION esrc.wait_for_projection(text, bigint, interval) TO esrc_reader;
+
 GRANT SELECT ON esrc.projection_status TO esrc_reader;

@@ -948,6 +948,8 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 	values[3] = PointerGetDatum(int8_array(expected, nheld));
 	catalog_run(update_sql, 4, argtypes, values, NULL, SPI_OK_UPDATE_RETURNING);
 	moved = (int) SPI_processed;
+	if (moved > 0)
+		esrc_sub_progress_at_commit(def->id);	/* wake its waits (subprogress.c) */
 	for (r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;

@@ -46,6 +46,24 @@ extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 								  bool any);
 extern void esrc_wake_subscription(const EsrcSubKey *sub);
 
+/*
+ * subprogress.c: read-your-writes waits on a subscription's checkpoints
+ * (esrc.wait_for_subscription, and esrc.wait_for_projection on a
+ * projection's subscription), woken by the commits that note the
+ * subscription with esrc_sub_progress_at_commit.
+ */
+struct SubDef;
+extern Size esrc_progress_shmem_size(void);
+extern void esrc_progress_shmem_init(void);
+extern void esrc_sub_progress_at_commit(int64 subid);
+extern long esrc_progress_wait_args(FunctionCallInfo fcinfo, const char *fname,
+									int64 *position);
+extern bool esrc_sub_applied_upto(struct SubDef *def, int64 position,
+								  bool *horizon_short);
+extern bool esrc_progress_wait(struct SubDef *def, long timeout_ms,
+							   bool (*check) (void *arg, bool *horizon_short),
+							   void *arg);
+
 /* sublease.c: partition leases of subscriptions, in shared memory */
 extern int	esrc_max_partition_leases;
 extern Size esrc_lease_shmem_size(void);

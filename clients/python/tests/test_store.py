@@ -112,3 +112,40 @@ def test_version_checked_at_first_use(dsn: str) -> None:
     # the check reads pg_catalog.pg_extension, not a look-alike on the search_path
     store.check_version()
     store.close()
+
+
+def test_append_wait_query(store: esrc.EventStore, admin: esrc.EventStore, uid: str) -> None:
+    """Read your own write: append, wait for the projection, query its table."""
+    name = "names_" + uid.replace("-", "_")[:20]
+    table = "public." + name
+    admin.conn.execute(f"CREATE TABLE {table} (stream text PRIMARY KEY, name text)")
+    admin.conn.execute(f"""CREATE FUNCTION {table}_apply(e esrc.event) RETURNS void LANGUAGE sql AS $$
+        INSERT INTO {table} VALUES (e.stream, e.data->>'name')
+        ON CONFLICT (stream) DO UPDATE SET name = excluded.name $$""")
+    admin._rows("SELECT esrc.create_projection(%s, %s::regprocedure, ARRAY['user'])",
+                (name, f"{table}_apply(esrc.event)"))
+    try:
+        s = "user-" + uid
+        assert store.last_position() is None
+        store.append(s, UserRegistered("a@x", "Ada"))
+        assert store.last_position() == store.read_stream(s)[0].position
+        assert store.wait_for_projection(name, timeout=10)
+        assert store._value(f"SELECT name FROM {table} WHERE stream = %s", (s,)) == "Ada"
+        store.append(s, UserNameChanged("Grace"))
+        assert store.wait_for_projection(name, timeout=10)
+        assert store._value(f"SELECT name FROM {table} WHERE stream = %s", (s,)) == "Grace"
+
+        async def main() -> None:
+            async with await esrc.AsyncEventStore.connect(store.conn.info.dsn, types=types) as a:
+                await a.append(s, UserNameChanged("Barbara"))
+                assert await a.wait_for_projection(name, timeout=10)
+                assert await a._value(f"SELECT name FROM {table} WHERE stream = %s", (s,)) == "Barbara"
+        asyncio.run(main())
+        # paused: 55000
+        admin._rows("SELECT esrc.projection_pause(%s)", (name,))
+        store.append(s, UserNameChanged("Edsger"))
+        with pytest.raises(esrc.ObjectStateError) as e:
+            store.wait_for_projection(name, timeout=10)
+        assert e.value.sqlstate == "55000"
+    finally:
+        admin._rows("SELECT esrc.drop_projection(%s)", (name,))

@@ -47,6 +47,8 @@ READ_ALL_SQL = "SELECT " + COLUMNS + " FROM esrc.read_all(%s, %s)"
 READ_CATEGORY_SQL = "SELECT " + COLUMNS + " FROM esrc.read_category(%s, %s, %s)"
 STREAM_VERSION_SQL = "SELECT esrc.stream_version(%s)"
 LOAD_SQL = "SELECT state, version FROM esrc.load(%s, %s)"
+LAST_POSITION_SQL = "SELECT esrc.last_position()"
+WAIT_PROJECTION_SQL = "SELECT esrc.wait_for_projection(%s, %s, make_interval(secs => %s))"
 SNAPSHOT_OF_SQL = ("SELECT snapshot::text FROM esrc.snapshots WHERE category = %s "
                    "ORDER BY created_at LIMIT 1")
 
@@ -277,6 +279,29 @@ class EventStore:
             self._snapshots[category] = self._value(SNAPSHOT_OF_SQL, (category,))
         return self._snapshots[category]
 
+    # read-your-writes
+
+    def last_position(self) -> int | None:
+        """``esrc.last_position()``: the global position of the last event
+        this connection appended (``None`` before its first)."""
+        v = self._value(LAST_POSITION_SQL, ())
+        return None if v is None else int(v)
+
+    def wait_for_projection(self, name: str, position: int | None = None, *,
+                            timeout: float = 5.0) -> bool:
+        """``esrc.wait_for_projection``: ``True`` once projection ``name``
+        has applied every event of its categories up to ``position``
+        (default: :meth:`last_position`), so that its rows are visible to
+        the next query; ``False`` after ``timeout`` seconds.  Call it after
+        the append committed (autocommit, or after the ``transaction()``
+        block).  A partition blocked at or below the position, or a paused
+        projection: :class:`ObjectStateError` (55000)."""
+        if position is None:
+            position = self.last_position()
+            if position is None:
+                return True
+        return bool(self._value(WAIT_PROJECTION_SQL, (name, position, timeout)) == "applied")
+
     # crypto-shredding
 
     def encrypt(self, subject: str, field: str, value: Any) -> str:
@@ -423,6 +448,21 @@ class AsyncEventStore:
     async def load(self, snapshot: str, stream: str) -> tuple[Any, int]:
         row = (await self._rows(LOAD_SQL, (snapshot, stream)))[0]
         return row[0], int(row[1])
+
+    # read-your-writes
+
+    async def last_position(self) -> int | None:
+        v = await self._value(LAST_POSITION_SQL, ())
+        return None if v is None else int(v)
+
+    async def wait_for_projection(self, name: str, position: int | None = None, *,
+                                  timeout: float = 5.0) -> bool:
+        """As :meth:`EventStore.wait_for_projection`."""
+        if position is None:
+            position = await self.last_position()
+            if position is None:
+                return True
+        return bool(await self._value(WAIT_PROJECTION_SQL, (name, position, timeout)) == "applied")
 
     async def snapshot_of(self, category: str) -> str | None:
         if category not in self._snapshots:
