@@ -137,6 +137,7 @@ copy_config(void)
 	fwd_cfg.offsets_topic = pstrdup(esrc_kafka_offsets_topic);
 	fwd_cfg.topic = pstrdup(esrc_kafka_topic_template);
 	fwd_cfg.exactly_once = (esrc_delivery == DELIVERY_EXACTLY_ONCE);
+	fwd_cfg.position_record = esrc_kafka_position_record;
 	MemoryContextSwitchTo(old);
 
 	{
@@ -179,7 +180,8 @@ reload_config(void)
 	kafka_changed = strcmp(fwd_cfg.brokers, esrc_kafka_brokers) != 0 ||
 		strcmp(fwd_cfg.properties, esrc_kafka_properties) != 0 ||
 		strcmp(fwd_cfg.offsets_topic, esrc_kafka_offsets_topic) != 0 ||
-		fwd_cfg.exactly_once != (esrc_delivery == DELIVERY_EXACTLY_ONCE);
+		fwd_cfg.exactly_once != (esrc_delivery == DELIVERY_EXACTLY_ONCE) ||
+		fwd_cfg.position_record != esrc_kafka_position_record;
 	if (kafka_changed || strcmp(fwd_cfg.topic, esrc_kafka_topic_template) != 0)
 	{
 		copy_config();
@@ -293,6 +295,7 @@ connect_kafka(void)
 	s.brokers = fwd_cfg.brokers;
 	s.properties = fwd_cfg.properties;
 	s.exactly_once = fwd_cfg.exactly_once;
+	s.position_record = fwd_cfg.position_record;
 	s.client_id = client_id;
 	s.offsets_topic = fwd_cfg.offsets_topic;
 	s.database = fwd_served_database;

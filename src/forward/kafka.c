@@ -498,7 +498,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_i
 		{
 			/* the last position record (kafkapos.c), for the divergence check */
 			*status = check_reachable(k, s->brokers, err, errlen);
-			if (*status == ESRC_KAFKA_OK)
+			if (*status == ESRC_KAFKA_OK && s->position_record)
 				*status = kafka_open_offsets_topic(k, s->offsets_topic, err, errlen);
 			if (*status == ESRC_KAFKA_OK)
 				*status = kafka_read_position(k, s->offsets_topic, position,
