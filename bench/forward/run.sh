@@ -56,7 +56,7 @@
 #        setting's default).
 #        BENCH_THROUGHPUT=0: the latency part only; BENCH_LATENCY=0: the
 #        throughput part only.  BENCH_ALO=1: also at_least_once throughput
-#        with and without esrc.kafka_position_record (two rounds of each,
+#        with and without esrc.kafka_position_record (three rounds of each,
 #        alternated, $BENCH_EVENTS events each).  Run it under flock -o /tmp/esrc-bench.lock
 #        (-o: the servers it starts must not inherit the lock).
 # Prints "name value" lines; nothing is asserted.
@@ -156,6 +156,10 @@ alo_throughput() { # on|off
     local last start t0 t1
     fwd_sql "ALTER SYSTEM SET esrc.kafka_position_record = $1" >/dev/null
     fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    # the reload reconnects: connected again (one event through) before
+    # the clock starts, so that only steady forwarding is timed
+    fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
+    fwd_wait_forwarded 60 || die "not forwarding: $(fwd_status)"
     fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
     fill "$EVENTS"
     fwd_sql "CHECKPOINT" >/dev/null
@@ -173,9 +177,14 @@ if [ "${BENCH_ALO:-0}" = 1 ]; then
     fwd_sql "ALTER SYSTEM SET esrc.delivery = at_least_once" >/dev/null
     fwd_sql "SELECT pg_reload_conf()" >/dev/null
     "$dir/fwdbench" raw "$FWD_BROKER" raw.warmup 300000 100 >/dev/null
-    for round in 1 2; do
-        alo_throughput on
-        alo_throughput off
+    for round in 1 2 3; do
+        if [ $((round % 2)) = 1 ]; then
+            alo_throughput on
+            alo_throughput off
+        else
+            alo_throughput off
+            alo_throughput on
+        fi
     done
     fwd_sql "ALTER SYSTEM RESET esrc.kafka_position_record" >/dev/null
     fwd_sql "ALTER SYSTEM RESET esrc.delivery" >/dev/null
