@@ -172,8 +172,9 @@ leave_groups(int code, Datum arg)
 }
 
 /*
- * esrc's tables that the worker's transactions use, each in the strongest
- * mode any of them takes there, in one fixed order (see begin_xact).
+ * esrc's tables (and its sequence) that the worker's transactions use,
+ * each in the strongest mode any of them takes there, in one fixed order
+ * (see begin_xact).
  */
 static const struct
 {
@@ -187,6 +188,16 @@ static const struct
 	{"projection_partitions", RowExclusiveLock},
 	/* read by esrc.poll through the rules cache (rules.c) */
 	{"stream_rules", AccessShareLock},
+
+	/*
+	 * Read for the safe horizon (order.c, esrc_sequence_last_value: the
+	 * sequence functions lock a sequence in RowExclusiveLock).  DROP
+	 * EXTENSION reaches position_seq before esrc.events: a worker that
+	 * held events and locked the sequence only when its fetch read the
+	 * horizon deadlocked with it ("deadlock detected", the DROP or the
+	 * worker's batch cancelled).
+	 */
+	{"position_seq", RowExclusiveLock},
 };
 
 /* The table worker_tables[i], or InvalidOid once esrc is gone. */
