@@ -42,6 +42,9 @@
  * the projection is paused with the reason (42501) in its partitions'
  * last_error, before any event is fetched.
  *
+ * With esrc.projection_cost_delay set, the worker naps between batches
+ * while events are being appended (projpace.c).
+ *
  * After a round that applied events, the worker waits
  * esrc.projection_batch_delay before the next, so that under load events
  * gather into batches instead of a transaction per commit.
@@ -1005,6 +1008,7 @@ run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
 				break;
 			*applied += n;
 			pgstat_report_activity(STATE_IDLE, NULL);
+			esrc_projection_pace(n);	/* projpace.c: a nap under a burst */
 			if (b == BATCHES_PER_TURN - 1)
 				busy = true;
 		}

@@ -41,6 +41,8 @@ extern void esrc_wait_shmem_init(void);
 extern void esrc_wait_register(const EsrcSubKey *sub, const uint64 *hashes,
 							   int nhashes, bool all);
 extern void esrc_wait_unregister(void);
+extern bool esrc_wait_suspend(void);
+extern void esrc_wait_resume(void);
 extern bool esrc_wait_sleep(long timeout_ms);
 extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 								  bool any);
