@@ -70,7 +70,7 @@
 #    own (1 worker, 1 partition).
 #
 # Other knobs: BENCH_NO_BUILD=1 (skip make install), BENCH_SKIP="latency
-# catchup append pace batch" (sections to leave out), BENCH_CONF="name = value;
+# catchup append pace cpu batch" (sections to leave out), BENCH_CONF="name = value;
 # ..." (more server settings, e.g. "esrc.projection_batch_delay = 20ms"),
 # KEEP=1.
 # Nothing is asserted beyond the result checks; prints "name value" lines.
@@ -309,7 +309,7 @@ if [[ $SKIP != *" catchup "* ]]; then
 fi
 
 # --- 3. append throughput with projections -----------------------------
-if [[ $SKIP != *" append "* || $SKIP != *" pace "* ]]; then
+if [[ $SKIP != *" append "* || $SKIP != *" pace "* || $SKIP != *" cpu "* ]]; then
     psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE TABLE public.load_counts1 (LIKE public.bench_counts INCLUDING ALL);
 CREATE TABLE public.load_counts2 (LIKE public.bench_counts INCLUDING ALL);
@@ -494,6 +494,36 @@ if [[ $SKIP != *" pace "* ]]; then
     pace_set "$PACE_CONF"
     pace_burst paced
     pace_set "0 1000"
+fi
+
+# --- 6 (runs here). the workers' CPU per event ----------------------------
+# Less noisy than append rates on a shared machine: at a fixed append rate
+# ($BENCH_CPU_RATE, 2000/s, for $BENCH_CPU_SECONDS, 10 s), the CPU time the
+# projection worker used (utime + stime of /proc/PID/stat) per 1,000
+# events it applied, for the 3 per-event projections (proj3) and the 3
+# batch ones (batch3).  Levers are compared by this figure.
+if [[ $SKIP != *" cpu "* ]]; then
+    CPU_RATE=${BENCH_CPU_RATE:-2000} CPU_SECS=${BENCH_CPU_SECONDS:-10}
+    log "worker CPU per event: ${CPU_RATE} appends/s for ${CPU_SECS}s"
+    cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+    for v in proj3 batch3; do
+        for i in 1 2 3; do
+            if [ $v = proj3 ]; then h="public.load_handler$i(esrc.event)"; else h="public.load_batch$i(esrc.event[])"; fi
+            sql "SELECT esrc.create_projection('cpu$i', '$h', ARRAY['load'], start => 'end')" >/dev/null
+        done
+        sleep 1
+        wpid=$(sql "SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'esrc projection worker%' LIMIT 1")
+        lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
+        c0=$(cpu_ticks "$wpid")
+        "$PG_BINDIR/pgbench" -n -c 8 -j 2 -R "$CPU_RATE" -T "$CPU_SECS" -M prepared -f "$dir/load.sql" >/dev/null 2>&1 \
+            || die "pgbench failed (cpu)"
+        hi=$(sql "SELECT count(*) FROM esrc.events WHERE category = 'load' AND position > $lo")
+        for i in 1 2 3; do wait_applied "cpu$i" "$hi"; done
+        c1=$(cpu_ticks "$wpid")
+        echo "cpu_${v}_worker_ms_per_1000_events $(python3 -c "print('%.1f' % (($c1 - $c0) * 1000.0 / $(getconf CLK_TCK) / (3 * $hi) * 1000))")  ($hi events x 3 projections, $((c1 - c0)) ticks)"
+        for i in 1 2 3; do sql "SELECT esrc.drop_projection('cpu$i')" >/dev/null; done
+        sql "TRUNCATE public.load_counts1, public.load_counts2, public.load_counts3" >/dev/null
+    done
 fi
 
 # --- 4. batch_size on catch-up ------------------------------------------

@@ -154,6 +154,7 @@ typedef struct EsrcSubBatch
 	int64		lo;				/* lowest checkpoint of the fetched ones */
 	int64		covered;		/* every event up to here of the fetched ones is in ts */
 	int			n;				/* events put into ts */
+	bool		to_horizon;		/* covered reaches the horizon of the fetch */
 } EsrcSubBatch;
 
 extern SubDef *esrc_sub_lookup_id(int64 id, MemoryContext cxt);
