@@ -506,7 +506,7 @@ if [[ $SKIP != *" cpu "* ]]; then
     CPU_RATE=${BENCH_CPU_RATE:-2000} CPU_SECS=${BENCH_CPU_SECONDS:-10}
     log "worker CPU per event: ${CPU_RATE} appends/s for ${CPU_SECS}s"
     cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-    for v in proj3 batch3; do
+    for v in ${BENCH_CPU_VARIANTS:-proj3 batch3}; do
         for i in 1 2 3; do
             if [ $v = proj3 ]; then h="public.load_handler$i(esrc.event)"; else h="public.load_batch$i(esrc.event[])"; fi
             sql "SELECT esrc.create_projection('cpu$i', '$h', ARRAY['load'], start => 'end')" >/dev/null
