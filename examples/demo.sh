@@ -19,7 +19,7 @@ fwd_under_reaper "$@"
 
 FWD_DB=security_demo
 EMAIL=alex@example.com
-STREAM="user-$EMAIL"
+STREAM=   # user-<the id register_user makes>, below
 TOPIC=esrc.user
 step=0
 t0=$SECONDS
@@ -48,13 +48,15 @@ fwd_start_pg "$dir/pg" 2>/dev/null
 info "Kafka on $FWD_BROKER, PostgreSQL on 127.0.0.1:$FWD_PORT, database $FWD_DB"
 psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qX -v ON_ERROR_STOP=1 \
     -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
-info "loaded examples/security_service.sql: snapshot security.users, handlers register_user / change_user_name"
+info "loaded examples/security_service.sql: snapshot security.users, handlers register_user / change_user_name,"
+info "streams user-<uuid> (the e-mail only encrypted in data; unique through security.user_emails)"
 
 say "First the bug: the same commands decided against an asynchronously updated snapshot"
 info "(what a Kafka Streams topology does: the command handler reads a snapshot table that a"
 info " separate consumer keeps from the event topic, decides, and produces the next event with"
 info " version = the snapshot's version + 1; Kafka has no expected-version check)"
 KS_TOPIC=kstreams.users
+KS_STREAM="user-$(cat /proc/sys/kernel/random/uuid)"
 fwd_sql "CREATE SCHEMA kstreams;
          CREATE TABLE kstreams.users (stream text PRIMARY KEY, version bigint NOT NULL, name text NOT NULL);
          CREATE TABLE kstreams.consumed (last_offset bigint NOT NULL);
@@ -76,7 +78,7 @@ ks_consumer() {
     done
 }
 ks_produce() {   # ks_produce VERSION NAME: one event record, key = the stream
-    printf '%s\t%s\n' "$STREAM" "{\"type\": \"$3\", \"version\": $1, \"name\": \"$2\"}" |
+    printf '%s\t%s\n' "$KS_STREAM" "{\"type\": \"$3\", \"version\": $1, \"name\": \"$2\"}" |
         kcat -b "$FWD_BROKER" -P -t "$KS_TOPIC" -K $'\t' 2>/dev/null
 }
 ks_wait_consumed() {   # ks_wait_consumed N: until the consumer applied N records
@@ -94,7 +96,7 @@ info "RegisterUser: UserRegistered produced as version 0; the consumer has put i
 # then produce the event it decided on
 ks_rename() {
     local name=$1 loaded
-    loaded=$(fwd_sql "SELECT version FROM kstreams.users WHERE stream = '$STREAM'")
+    loaded=$(fwd_sql "SELECT version FROM kstreams.users WHERE stream = '$KS_STREAM'")
     touch "$dir/ks.loaded.$name"
     while [ "$(ls "$dir"/ks.loaded.* | wc -l)" -lt 3 ]; do sleep 0.05; done
     ks_produce $((loaded + 1)) "$name" UserNameChanged
@@ -112,15 +114,21 @@ while IFS=$'\t' read -r offset value; do info "  offset $offset: $value"; done <
 ks_versions=$(python3 -c 'import json, sys
 print(",".join(str(json.loads(l.split("\t", 1)[1])["version"]) for l in open(sys.argv[1]) if l.strip()))' "$dir/ks.records")
 [ "$ks_versions" = "0,1,1,1" ] || fail "against the asynchronous snapshot the three renames should all be version 1 (got $ks_versions)"
-ks_state=$(fwd_sql "SELECT version || ' ' || name FROM kstreams.users WHERE stream = '$STREAM'")
+ks_state=$(fwd_sql "SELECT version || ' ' || name FROM kstreams.users WHERE stream = '$KS_STREAM'")
 info "the snapshot table says version ${ks_state% *}, name ${ks_state#* }: three renames, three events"
 info "all claiming version 1, two of the names lost. No timeout fixes this: the snapshot"
 info "and the decision are not in one transaction."
 
 say "Now with esrc. RegisterUser {name: Alex, email: $EMAIL}"
-v=$(fwd_sql "SELECT security.register_user('$EMAIL', 'Alex')")
-info "UserRegistered appended at version $v"
+user_id=$(fwd_sql "SELECT security.register_user('$EMAIL', 'Alex')")
+STREAM="user-$user_id"
+v=$(fwd_sql "SELECT esrc.stream_version('$STREAM')")
+info "a new id $user_id: UserRegistered appended to stream $STREAM at version $v"
+info "(the e-mail is in its data encrypted with esrc.encrypt; security.user_emails maps its keyed hash to the id)"
 [ "$v" = 0 ] || fail "registration should be version 0, got $v"
+[ "$(fwd_sql "SELECT security.user_id_of('$EMAIL')")" = "$user_id" ] || fail "security.user_id_of does not find the user"
+[ "$(fwd_sql "SELECT count(*) FROM esrc.events WHERE data::text LIKE '%$EMAIL%' OR stream LIKE '%$EMAIL%'")" = 0 ] \
+    || fail "the e-mail is in the log in clear"
 
 say "Three ChangeUserName commands arrive at once, from three sessions"
 info "(each handler loads the snapshot and its version, decides, and appends with that"
@@ -143,8 +151,7 @@ SELECT pg_advisory_xact_lock_shared(17) \gset
 SELECT :loaded >= 0 AS registered \gset
 \if :registered
 -- append with the loaded version as expected_version
-SELECT esrc.append(:'stream', 'UserNameChanged',
-                   jsonb_build_object('email', :'email', 'name', :'name'),
+SELECT esrc.append(:'stream', 'UserNameChanged', jsonb_build_object('name', :'name'),
                    expected_version => :loaded) AS appended \gset
 \echo appended :appended
 \else
@@ -157,7 +164,7 @@ change_user_name() {
     for attempt in 1 2 3 4 5 6 7 8 9 10; do
         out=$(psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAtX -v ON_ERROR_STOP=1 \
                   -v VERBOSITY=sqlstate -v barrier=$((attempt == 1)) \
-                  -v stream="$STREAM" -v email="$EMAIL" -v name="$name" \
+                  -v stream="$STREAM" -v name="$name" \
                   -f "$dir/change_user_name.sql" 2>&1) || true
         waited=
         [ "$attempt" = 1 ] && waited="waited at the barrier, "
@@ -221,7 +228,7 @@ show "SELECT position, version, type, data FROM esrc.read_stream('$STREAM')"
     || fail "each of the three renames should be in the log once"
 
 say "(b) The snapshot row, written in the same transaction as each append"
-show "SELECT stream, version, state FROM security.users WHERE stream = '$STREAM'"
+show "SELECT stream, version, state->>'name' AS name, left(state->>'email', 20) || '…' AS email_encrypted FROM security.users WHERE stream = '$STREAM'"
 last_name=$(fwd_sql "SELECT data->>'name' FROM esrc.read_stream_backward('$STREAM', NULL, 1)")
 [ "$(fwd_sql "SELECT version || ' ' || (state->>'name') FROM security.users WHERE stream = '$STREAM'")" = "3 $last_name" ] \
     || fail "the snapshot should be at version 3 with the last name ($last_name)"
@@ -249,7 +256,7 @@ PY
 
 say "(d) A stale command: decided at version 1, but the stream is at version 3"
 if fwd_sql_table "SELECT esrc.append('$STREAM', 'UserNameChanged',
-                    '{\"email\": \"$EMAIL\", \"name\": \"Stale\"}', expected_version => 1)" \
+                    '{\"name\": \"Stale\"}', expected_version => 1)" \
         >"$dir/stale.out" 2>&1; then
     fail "the stale append was accepted"
 fi
@@ -259,7 +266,7 @@ psql -h 127.0.0.1 -p "$FWD_PORT" -U postgres -d "$FWD_DB" -qAtX -c "\\set VERBOS
 grep -q 40001 "$dir/sqlstate.out" || fail "the stale append should fail with SQLSTATE 40001"
 info "SQLSTATE $(grep -o '[0-9][0-9A-Z]\{4\}' "$dir/sqlstate.out" | head -1): rejected, nothing written. The retry reloads and decides again:"
 show "SELECT version AS loaded_version, state->>'name' AS loaded_name FROM esrc.load('security.users', '$STREAM')"
-v=$(fwd_sql "SELECT esrc.append('$STREAM', 'UserNameChanged', '{\"email\": \"$EMAIL\", \"name\": \"Alex4\"}',
+v=$(fwd_sql "SELECT esrc.append('$STREAM', 'UserNameChanged', '{\"name\": \"Alex4\"}',
                                   expected_version => (SELECT version FROM esrc.load('security.users', '$STREAM')))")
 info "retried append succeeded at version $v"
 [ "$v" = 4 ] || fail "the retried append should be version 4"

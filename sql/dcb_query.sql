@@ -29,6 +29,18 @@ SELECT esrc.append_batch('dcbstudent-s1', '[
   {"type": "Untagged", "data": {}, "tags": null}]');
 SELECT stream, version, type, tags FROM esrc.events
 WHERE position > :p0 ORDER BY position;
+-- esrc.append stores an array that is already sorted (byte order), from
+-- subscript 1, without duplicates as given, and sorts any other: what is
+-- stored is the same either way
+SELECT esrc.append('dcbsort-1', 'T', '{}', tags => ARRAY['B', 'a', 'ab']);
+SELECT esrc.append('dcbsort-1', 'T', '{}', tags => ARRAY['ab', 'a', 'B']);
+SELECT esrc.append('dcbsort-1', 'T', '{}', tags => '[0:2]={B,a,ab}'::text[]);
+SELECT esrc.append('dcbsort-1', 'T', '{}', tags => '[2:3]={z,y}'::text[]);
+SELECT esrc.append('dcbsort-1', 'T', '{}', tags => ARRAY[]::text[]);
+SELECT version, tags, array_lower(tags, 1) AS lower FROM esrc.events
+WHERE stream = 'dcbsort-1' ORDER BY version;
+SELECT pg_temp.try($$SELECT esrc.append('dcbsort-1', 'T', '{}', tags => ARRAY['b', 'a', 'b'])$$);
+SELECT pg_temp.try($$SELECT esrc.append('dcbsort-1', 'T', '{}', tags => ARRAY['a', 'b', 'b'])$$);
 
 -- bad tags: a clear error each, nothing written
 SELECT esrc.append('dcbbad-1', 'T', '{}', tags => ARRAY['']);

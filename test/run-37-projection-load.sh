@@ -2,7 +2,7 @@
 # Projections under load (issue 15).  Two projections of the security
 # service's users (examples/security_service.sql), 4 partitions each, run
 # by esrc.projection_workers = 2:
-#   user_names    into the typed table security.user_names(email, name,
+#   user_names    into the typed table security.user_names(stream, name,
 #                 renamed_count), with a reset function
 #   name_letters  users per first letter of their current name
 #                 (security.name_letters), a count across streams
@@ -132,15 +132,15 @@ planted() {   # planted NAME-PATTERN SQL...
     [ -n "$out" ] || die "no check '$pattern'"
     ! echo "$out" | grep -q ' t$' || die "the check '$pattern' missed a planted fault: $out"
 }
-one_user="(SELECT min(email) FROM proj.expected_user_names WHERE renamed_count > 0)"
+one_user="(SELECT min(stream) FROM proj.expected_user_names WHERE renamed_count > 0)"
 planted 'sql replay equals the snapshot' -c "UPDATE security.users SET state = state || '{\"name\": \"x\"}'
     WHERE stream = (SELECT min(stream) FROM security.users)"
 planted 'handler replay equals sql replay' -c "UPDATE replay.user_names SET renamed_count = renamed_count + 1
-    WHERE email = $one_user"
+    WHERE stream = $one_user"
 planted 'user_names equals sql replay' -c "UPDATE security.user_names SET renamed_count = renamed_count + 1
-    WHERE email = $one_user"
-planted 'user_names equals handler replay' -c "UPDATE security.user_names SET name = 'x' WHERE email = $one_user"
-planted 'rename_tally equals' -c "UPDATE proj.rename_tally SET renames = renames + 1 WHERE email = $one_user"
+    WHERE stream = $one_user"
+planted 'user_names equals handler replay' -c "UPDATE security.user_names SET name = 'x' WHERE stream = $one_user"
+planted 'rename_tally equals' -c "UPDATE proj.rename_tally SET renames = renames + 1 WHERE stream = $one_user"
 planted 'name_letters equals' -c "UPDATE security.name_letters SET users = users + 1
     WHERE letter = (SELECT min(letter) FROM security.name_letters)"
 planted 'letters count every user once' -c "UPDATE security.name_letters SET users = users + 1
@@ -154,15 +154,15 @@ planted 'applied counts every event once (user_names_v2)' -c "UPDATE esrc.projec
 planted 'every partition caught up, none failed (user_names)' -c "SELECT esrc.projection_pause('user_names')"
 planted 'every partition caught up, none failed (name_letters)' -c "SELECT esrc.projection_pause('name_letters')"
 planted 'every partition caught up, none failed (user_names_v2)' -c "SELECT esrc.projection_pause('user_names_v2')"
-planted 'user_names_v2 equals sql replay' -c "DELETE FROM security.user_names_v2 WHERE email = $one_user"
-planted 'user_names_v2 equals handler replay' -c "UPDATE security.user_names_v2 SET renamed_count = 0 WHERE email = $one_user"
+planted 'user_names_v2 equals sql replay' -c "DELETE FROM security.user_names_v2 WHERE stream = $one_user"
+planted 'user_names_v2 equals handler replay' -c "UPDATE security.user_names_v2 SET renamed_count = 0 WHERE stream = $one_user"
 planted 'app.user_names equals sql replay' -c "CREATE OR REPLACE VIEW app.user_names AS
-    SELECT email, name, renamed_count + 1 AS renamed_count FROM security.user_names"
+    SELECT stream, name, renamed_count + 1 AS renamed_count FROM security.user_names"
 # a replay that is deliberately wrong (a rename dropped from the log's
 # replay) makes the table checks fail
 out=$(q -F ' ' -c "BEGIN" \
       -c "CREATE OR REPLACE VIEW proj.expected_user_names AS
-          SELECT r.data->>'email' AS email, l.data->>'name' AS name,
+          SELECT r.stream AS stream, l.data->>'name' AS name,
                  (SELECT count(*) FROM esrc.events c
                   WHERE c.stream = r.stream AND c.type = 'UserNameChanged' AND c.version > 1)::int AS renamed_count
           FROM esrc.events r

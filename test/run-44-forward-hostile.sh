@@ -20,6 +20,14 @@
 #   5. an extension whose owner is no longer superuser: the worker's SQL
 #      (and so a trigger the owner put on esrc.forwarder_state) runs as
 #      that owner, not as the bootstrap superuser.
+#   6. a wrong esrc.kafka_brokers says why, soon: while the worker is
+#      connecting, esrc.forwarder_status.last_error names the broker's
+#      address and the cause (a refused port: "Connection refused"; a name
+#      that does not resolve: the name and the resolver's answer) within
+#      the connect's first attempt, not after its 8 s budget with a
+#      generic timeout; a reload with the fixed setting ends the connect
+#      at once, events arrive and last_error is cleared.  Each wait is
+#      bounded (10 s for an error); the seconds are printed, not asserted.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -259,6 +267,44 @@ expect "the worker forwarded as the non-superuser owner and wrote its mirror" \
     test "$(psql_as boss owned "SELECT position FROM esrc.forwarder_state")" = 1
 expect "the table's trigger ran as the extension's owner, without superuser" \
     test "$(psql_as boss owned "SELECT string_agg(DISTINCT who || ' ' || su, ',') FROM watch.calls")" = "boss false"
+
+log "6. a wrong esrc.kafka_brokers: last_error says why while connecting"
+osql() { psql_as postgres owned "$1"; }
+brokers() { # ADDRESS: set esrc.kafka_brokers and reload
+    fwd_sql "ALTER SYSTEM SET esrc.kafka_brokers = '$1'" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
+}
+wait_error() { # NAME REGEX: until last_error matches REGEX (10 s at most)
+    local t0=$SECONDS deadline=$((SECONDS + 10)) row
+    while :; do
+        row=$(osql "SELECT state || '|' || coalesce(last_error, '') FROM esrc.forwarder_status")
+        if [[ ${row#*|} =~ $2 ]]; then
+            log "ok - $1 (after about $((SECONDS - t0)) s, state ${row%%|*}): ${row#*|}"
+            return 0
+        fi
+        [ $SECONDS -lt $deadline ] || { log "FAIL - $1: after 10 s: $row"; status=1; return 0; }
+        sleep 0.1
+    done
+}
+refused=127.0.0.1:$(free_port)
+brokers "$refused"
+wait_error "a refused port: the address and the cause" \
+    "^cannot connect to Kafka at $refused: .*$refused.*Connection refused"
+brokers esrc-no-such-host.invalid:9092
+wait_error "a name that does not resolve: the name and the resolver's answer" \
+    "^cannot connect to Kafka at esrc-no-such-host.invalid:9092: .*esrc-no-such-host.invalid.*(resolve|not known)"
+brokers "$FWD_BROKER"
+osql "SELECT esrc.append('owned-1', 'E', '{}')" >/dev/null
+deadline=$((SECONDS + 60))
+t0=$SECONDS
+until [ "$(osql "SELECT state = 'running' AND last_error IS NULL AND last_error_at IS NULL
+                        AND last_position = (SELECT max(position) FROM esrc.events) FROM esrc.forwarder_status")" = t ]; do
+    [ $SECONDS -lt $deadline ] || { log "not forwarded after the fix: $(osql "SELECT state, last_position, last_error FROM esrc.forwarder_status")"; break; }
+    sleep 0.1
+done
+expect "the setting fixed and reloaded: running, the new event forwarded, last_error cleared (about $((SECONDS - t0)) s)" \
+    test "$(osql "SELECT state || ' ' || last_position || ' ' || coalesce(last_error, 'none')
+                  FROM esrc.forwarder_status")" = "running 2 none"
 
 if [ $status -ne 0 ]; then
     grep -E "esrc forwarder|ERROR|FATAL" "$dir/pg/server.log" | tail -30 >&2

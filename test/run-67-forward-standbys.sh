@@ -7,10 +7,18 @@
 #   2. the standby stopped: appends go on, nothing more reaches Kafka,
 #      state "waiting for standby" naming the slot, the wait metric moves;
 #   3. the standby started again: everything arrives, exactly once;
-#   4. the setting (reloaded from a file) names a slot that does not
+#   4. a lying standby (test/forward/lying_standby.c) on slot liar reports
+#      flushed far beyond what its walsender sent (as a diverged old
+#      leader's first reply does after a failover), its walsender then
+#      stopped (SIGSTOP: it sends nothing more, as a walsender at the end
+#      of an old timeline): the worker does not trust the slot's
+#      restart_lsn beyond the walsender's sent position and waits, saying
+#      so; once the walsender goes on (SIGCONT) and has sent the batch's
+#      WAL, the batch goes out;
+#   5. the setting (reloaded from a file) names a slot that does not
 #      exist, then a logical slot: the worker waits, last_error says which
 #      and why;
-#   5. the setting emptied: today's behaviour, everything arrives.
+#   6. the setting emptied: today's behaviour, everything arrives.
 # Finally the whole log against Kafka: exactly once, in order.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -19,7 +27,9 @@ fwd_under_reaper "$@"
 
 dir=$(test_tmpdir fwd-standbys)
 sdir=$dir/standby
-trap 'pg_stop "$sdir" immediate; fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+liar_pid=
+liar_ws=
+trap '[ -z "$liar_ws" ] || kill -CONT "$liar_ws" 2>/dev/null; [ -z "$liar_pid" ] || kill "$liar_pid" 2>/dev/null; pg_stop "$sdir" immediate; fwd_stop_all; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 status=0
 
 fwd_start_kafka "$dir/kafka"
@@ -102,7 +112,53 @@ fwd_wait_forwarded 60 || status=1
 expect "state running again" test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = running
 expect "the wait is over" test "$(metric esrc_forwarder_standby_wait_seconds)" = 0
 
-log "4. a slot that does not exist, then a logical slot: the worker waits and says why"
+log "4. a lying standby: flushed reported far beyond what its walsender sent"
+cc -O2 -Wall -Wextra -o "$dir/lying_standby" "$ESRC_ROOT/test/forward/lying_standby.c" \
+    -I"$("$PG_BINDIR/pg_config" --includedir)" -L"$("$PG_BINDIR/pg_config" --libdir)" -lpq
+fwd_sql "SELECT pg_create_physical_replication_slot('liar')" >/dev/null
+"$dir/lying_standby" "host=127.0.0.1 port=$FWD_PORT user=postgres" liar 1000000000 >"$dir/liar.out" &
+liar_pid=$!
+deadline=$((SECONDS + 20))
+until [ -s "$dir/liar.out" ]; do
+    [ $SECONDS -lt $deadline ] || die "the lying standby did not start"
+    sleep 0.1
+done
+read -r _ lie liar_ws <<<"$(tr '=' ' ' <"$dir/liar.out" | awk '{print $2, $4, $6}')"
+log "   $(cat "$dir/liar.out")"
+# the walsender took the report: the slot says flushed to the lie
+deadline=$((SECONDS + 20))
+until [ "$(fwd_sql "SELECT restart_lsn = '$lie' FROM pg_replication_slots WHERE slot_name = 'liar'")" = t ]; do
+    [ $SECONDS -lt $deadline ] || die "the slot did not take the lying report"
+    sleep 0.1
+done
+kill -STOP "$liar_ws"
+set_standbys liar
+before=$(last_forwarded)
+in_kafka=$(kafka_count)
+append liar-1 5
+fwd_wait_state "waiting for standby" 30 || status=1
+err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
+log "   last_error: $err"
+expect "last_error: the slot reports flushed beyond what its walsender sent" \
+    grep -q "standby slot \"liar\".*reports flushed to $lie but its walsender (pid $liar_ws) sent only to" <<<"$err"
+expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
+expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+kill -CONT "$liar_ws"
+liar_ws=
+fwd_wait_forwarded 60 || status=1
+expect "once its walsender sent the batch's WAL, the batch went out" \
+    test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = running
+kill "$liar_pid"
+wait "$liar_pid" 2>/dev/null || true
+liar_pid=
+deadline=$((SECONDS + 20))
+until [ "$(fwd_sql "SELECT active FROM pg_replication_slots WHERE slot_name = 'liar'")" = f ]; do
+    [ $SECONDS -lt $deadline ] || die "the lying standby's walsender did not exit"
+    sleep 0.1
+done
+fwd_sql "SELECT pg_drop_replication_slot('liar')" >/dev/null
+
+log "5. a slot that does not exist, then a logical slot: the worker waits and says why"
 set_standbys "standby1, nosuchslot"
 append missing-1 1
 fwd_wait_state "waiting for standby" 30 || status=1
@@ -122,12 +178,12 @@ expect "last_error: a logical slot" grep -q 'slot "logical1".*logical slot' <<<"
 expect "still waiting" test "$(fwd_sql "SELECT state FROM esrc.forwarder_status")" = "waiting for standby"
 fwd_sql "SELECT pg_drop_replication_slot('logical1')" >/dev/null
 
-log "5. the setting emptied: forwarding as without it"
+log "6. the setting emptied: forwarding as without it"
 set_standbys ""
 append empty-1 5
 fwd_wait_forwarded 60 || status=1
 
-log "6. the whole log against Kafka"
+log "7. the whole log against Kafka"
 fwd_dump_events "$dir/events.json"
 fwd_consume "$dir/kafka.json"
 fwd_check "$dir/events.json" "$dir/kafka.json" || status=1

@@ -14,8 +14,14 @@
 #                                        projections, a blue/green swap and a
 #                                        reset (self-check against the
 #                                        snapshot), checked again after
-#                                        users of its own are erased and
-#                                        deleted while its projections run
+#                                        users of its own are erased
+#                                        (security.erase_user) and deleted
+#                                        while its projections run; then
+#                                        nothing of the erased user (names,
+#                                        e-mail, its hash, its rows) is
+#                                        left in any table of the examples,
+#                                        the snapshot and the lookup table
+#                                        included, nor in the log
 #   examples/subscriptions/consumer.py   a subscription member: its results
 #                                        table must equal the category as
 #                                        read_category returns it, tombstones
@@ -55,13 +61,19 @@ as_admin -f "$ESRC_ROOT/examples/security_service.sql" >/dev/null
 # for good (erase_stream and delete_stream need esrc_admin: the admin's)
 as_app -c "SELECT security.register_user(e || '@example.com', initcap(e))
            FROM unnest(ARRAY['erased', 'deleted', 'gone', 'renamed']) e" >/dev/null
-as_app -c "SELECT security.change_user_name('renamed@example.com', 'Renamed')" >/dev/null
-as_admin -c "SELECT esrc.erase_stream('user-erased@example.com', 'subject request')" \
-         -c "SELECT esrc.delete_stream('user-deleted@example.com', 'closed')" \
-         -c "SELECT esrc.delete_stream('user-gone@example.com', 'fraud', hard => true)" \
-         -c "SELECT esrc.delete_stream('user-renamed@example.com', 'closed')" >/dev/null
+as_app -c "SELECT security.change_user_name(security.user_id_of('renamed@example.com'), 'Renamed')" >/dev/null
+stream_of() { as_app -c "SELECT 'user-' || security.user_id_of('$1@example.com')"; }
+as_admin -c "SELECT security.erase_user(security.user_id_of('erased@example.com'), 'subject request')" \
+         -c "SELECT esrc.delete_stream('$(stream_of deleted)', 'closed')" \
+         -c "SELECT esrc.delete_stream('$(stream_of gone)', 'fraud', hard => true)" \
+         -c "SELECT esrc.delete_stream('$(stream_of renamed)', 'closed')" >/dev/null
 # a soft-deleted stream goes on after its tombstone
-as_app -c "SELECT security.change_user_name('renamed@example.com', 'Back')" >/dev/null
+as_app -c "SELECT security.change_user_name(security.user_id_of('renamed@example.com'), 'Back')" >/dev/null
+# an e-mail is registered once, whatever its case
+if as_app -c "SELECT security.register_user('Renamed@Example.com', 'Twice')" >"$dir/twice.out" 2>&1; then
+    die "security.register_user: a second registration of an e-mail was accepted"
+fi
+grep -q 'already registered' "$dir/twice.out" || { cat "$dir/twice.out"; die "security.register_user: not the duplicate's error"; }
 
 log "python: examples/python/security_service.py (as app)"
 python3 "$ESRC_ROOT/examples/python/security_service.py" "$APP_DSN"
@@ -73,15 +85,36 @@ grep -c '^ok: ' "$dir/projections.out" | grep -qx 3 || { cat "$dir/projections.o
 
 # tombstones among them: users of projections.sql erased and deleted while
 # its projections run; the read models follow, and check() says so
-as_admin -c "SELECT esrc.erase_stream('user-ken@example.com', 'subject request')" \
-         -c "SELECT esrc.delete_stream('user-barbara@example.com', 'closed')" >/dev/null
+ken=$(stream_of ken)
+barbara=$(stream_of barbara)
+ken_hash=$(as_admin -c "SELECT encode(security.email_hash('ken@example.com'), 'hex')")
+as_admin -c "SELECT security.erase_user(security.user_id_of('ken@example.com'), 'subject request')" \
+         -c "SELECT esrc.delete_stream('$barbara', 'closed')" >/dev/null
 out=$(as_app -c "SELECT directory.wait_caught_up('user_names_v2')" \
              -c "SELECT directory.wait_caught_up('users_per_letter')" \
              -c "SELECT directory.check()" 2>&1) || { echo "$out"; die "projections: check after the tombstones failed"; }
 echo "$out" | grep -q '^ok: ' || { echo "$out"; die "projections: no check after the tombstones"; }
 log "projections after erasing ken and deleting barbara: $(echo "$out" | grep '^ok: ')"
-as_app -c "SELECT count(*) FROM directory.user_names WHERE email IN ('ken@example.com', 'barbara@example.com')" \
+as_app -c "SELECT count(*) FROM directory.user_names WHERE stream IN ('$ken', '$barbara')" \
     | grep -qx 0 || die "projections: an erased or deleted user is still in directory.user_names"
+# nothing of the erased user is left in any table of the examples (read
+# models, the snapshot, the lookup table), nor in the log: not its names
+# (Ken, Kenneth), its e-mail or its hash, nor a row of its stream outside
+# the log (its name, an opaque id, stays in the log by design)
+left=$(as_admin -c "SELECT string_agg(format('%s (%s rows)', t, n), ', ')
+                    FROM (SELECT c.oid::regclass AS t,
+                                 (xpath('/row/n/text()', query_to_xml(format(
+                                     'SELECT count(*) AS n FROM %s r WHERE r::text ~ %L OR (%L AND r::text LIKE %L)',
+                                     c.oid::regclass, 'ken@example|Kenneth|\"Ken\"|$ken_hash',
+                                     n.nspname <> 'esrc', '%$ken%'), false, true, '')))[1]::text::int AS n
+                          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                          WHERE c.relkind IN ('r', 'p') AND (n.nspname IN ('security', 'directory', 'public')
+                                                             OR c.oid = 'esrc.events'::regclass)) x
+                    WHERE n > 0")
+[ -z "$left" ] || die "erasure: the erased user is still in $left"
+[ "$(as_admin -c "SELECT count(*) FROM security.users WHERE stream = '$ken'")$(as_app -c "SELECT security.user_id_of('ken@example.com') IS NULL")" = 0t ] \
+    || die "erasure: the erased user's snapshot row or lookup row is left"
+log "erasure: nothing of the erased user in the read models, the snapshot, the lookup table or the log"
 
 log "python: examples/subscriptions/consumer.py (as app)"
 as_app -c "SELECT esrc.create_subscription('users-feed', ARRAY['user'], partitions => 2)" >/dev/null

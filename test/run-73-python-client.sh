@@ -4,7 +4,9 @@
 #     with pip; the wheel holds py.typed; pytest runs against the
 #     installed copy;
 #   - pytest (clients/python/tests): the store API (appends, reads, ids,
-#     SQLSTATEs, erased streams, encryption), the seed scenario with three
+#     SQLSTATEs, erased streams, encryption), tags, read_query and
+#     append_if (two concurrent decisions on one condition: exactly one
+#     is stored), the seed scenario with three
 #     threads and three asyncio tasks (versions 1, 2, 3), from the events
 #     and from a snapshot table, idempotent command ids, bounded retries,
 #     16 workers whose invariant (no negative balance, every accepted

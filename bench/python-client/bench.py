@@ -202,7 +202,7 @@ def bench_consume(dsn: str, conn: psycopg.Connection[Any], tag: str) -> tuple[Ti
                         break
                     with hconn.transaction(), hconn.cursor() as cur:
                         cur.execute("SELECT position, stream, version, type, data, metadata, id, "
-                                    "recorded_at FROM esrc.poll(%s, %s, %s, %s)",
+                                    "recorded_at, tags FROM esrc.poll(%s, %s, %s, %s)",
                                     (subs["h"], "m", 100, "1 second"))
                         rows = cur.fetchall()
                         if rows:

@@ -1,7 +1,7 @@
 -- examples/projections/projections.sql: read models of the security service
 -- (examples/security_service.sql) kept by esrc projections.
 --
---   directory.user_names_v1   one typed row per user (email, name, version)
+--   directory.user_names_v1   one typed row per user (stream, name, version)
 --   directory.users_per_letter  how many users have a name starting with
 --                             each letter: a cross-stream aggregate, kept
 --                             over 4 partitions with commuting upserts
@@ -18,11 +18,14 @@
 --     psql -v ON_ERROR_STOP=1 -f examples/projections/projections.sql
 -- It registers and renames a few users, waits for the projections and
 -- checks every read model against the security.users snapshot; it raises
--- an error when something differs.  The log may hold tombstones: an
--- erased user (esrc.erase_stream) or a deleted one (esrc.delete_stream)
--- leaves the read models, and the events of an erased stream, redacted to
--- {"erased": true}, are skipped when a projection reads them from the
--- beginning.  Running it twice fails (the schema
+-- an error when something differs.  The read models are keyed by the
+-- stream (user-<uuid>) and hold no e-mail: what they do not copy, erasure
+-- need not chase.  Every handler handles the tombstones: an erased user
+-- (esrc.erase_stream, security.erase_user) or a deleted one
+-- (esrc.delete_stream) leaves the read models when its tombstone
+-- (esrc.erased, esrc.deleted) is applied, and the events of an erased
+-- stream, redacted to {"erased": true}, are skipped when a projection
+-- reads them from the beginning.  Running it twice fails (the schema
 -- exists): DROP SCHEMA directory CASCADE after dropping its projections
 -- (see the end of this file).
 
@@ -68,7 +71,7 @@ $$;
 -- 1. A typed table: one row per user.
 ------------------------------------------------------------------------
 CREATE TABLE directory.user_names_v1 (
-    email   text PRIMARY KEY,
+    stream  text PRIMARY KEY,    -- user-<uuid>
     name    text NOT NULL,
     version bigint NOT NULL      -- the stream version last applied
 );
@@ -79,23 +82,21 @@ CREATE TABLE directory.user_names_v1 (
 -- before the renames, and a tombstone after the events it ends.
 CREATE FUNCTION directory.user_names_v1_apply(event esrc.event) RETURNS void
 LANGUAGE sql AS $$
-    -- esrc.erased, esrc.deleted: the user is gone.  A tombstone's data
-    -- says nothing of the user: the e-mail is in the stream name.
+    -- esrc.erased, esrc.deleted: the user is gone, and so is its row
     DELETE FROM directory.user_names_v1
-     WHERE event.type IN ('esrc.erased', 'esrc.deleted')
-       AND email = substr(event.stream, length('user-') + 1);
+     WHERE event.type IN ('esrc.erased', 'esrc.deleted') AND stream = event.stream;
     -- an erased stream's events, read again, have no name left: skipped
-    INSERT INTO directory.user_names_v1 (email, name, version)
-    SELECT event.data->>'email', event.data->>'name', event.version
+    INSERT INTO directory.user_names_v1 (stream, name, version)
+    SELECT event.stream, event.data->>'name', event.version
      WHERE event.type IN ('UserRegistered', 'UserNameChanged') AND event.data ? 'name'
-    ON CONFLICT (email) DO UPDATE SET name = excluded.name, version = excluded.version
+    ON CONFLICT (stream) DO UPDATE SET name = excluded.name, version = excluded.version
 $$;
 
 SELECT esrc.create_projection('user_names_v1', 'directory.user_names_v1_apply(esrc.event)',
                               categories => ARRAY['user']);
 
 -- Readers use the view, so that the table behind it can be replaced.
-CREATE VIEW directory.user_names AS SELECT email, name FROM directory.user_names_v1;
+CREATE VIEW directory.user_names AS SELECT stream, name FROM directory.user_names_v1;
 GRANT SELECT ON directory.user_names TO esrc_reader;
 
 ------------------------------------------------------------------------
@@ -112,7 +113,7 @@ CREATE TABLE directory.users_per_letter (
     users  bigint NOT NULL
 );
 CREATE TABLE directory.letter_of_user (
-    email  text PRIMARY KEY,
+    stream text PRIMARY KEY,
     letter text NOT NULL
 );
 
@@ -121,7 +122,7 @@ LANGUAGE plpgsql
 SET search_path = directory, pg_catalog, pg_temp   -- its own path: names need no schema
 AS $$
 DECLARE
-    user_email text := substr(event.stream, length('user-') + 1);
+    user_stream text := event.stream;
     new_letter text := upper(left(event.data->>'name', 1));
     old_letter text;
 BEGIN
@@ -130,7 +131,7 @@ BEGIN
     ELSIF event.type NOT IN ('UserRegistered', 'UserNameChanged') OR new_letter IS NULL THEN
         RETURN;                     -- (NULL: an erased stream's event, redacted)
     END IF;
-    SELECT letter INTO old_letter FROM letter_of_user WHERE email = user_email;
+    SELECT letter INTO old_letter FROM letter_of_user WHERE stream = user_stream;
     IF old_letter IS NOT DISTINCT FROM new_letter THEN
         RETURN;
     END IF;
@@ -138,13 +139,13 @@ BEGIN
         UPDATE users_per_letter SET users = users - 1 WHERE letter = old_letter;
     END IF;
     IF new_letter IS NULL THEN
-        DELETE FROM letter_of_user WHERE email = user_email;
+        DELETE FROM letter_of_user WHERE stream = user_stream;
         RETURN;
     END IF;
     INSERT INTO users_per_letter VALUES (new_letter, 1)
     ON CONFLICT (letter) DO UPDATE SET users = users_per_letter.users + 1;
-    INSERT INTO letter_of_user VALUES (user_email, new_letter)
-    ON CONFLICT (email) DO UPDATE SET letter = excluded.letter;
+    INSERT INTO letter_of_user VALUES (user_stream, new_letter)
+    ON CONFLICT (stream) DO UPDATE SET letter = excluded.letter;
 END
 $$;
 
@@ -163,13 +164,13 @@ SELECT esrc.create_projection('users_per_letter', 'directory.users_per_letter_ap
 ------------------------------------------------------------------------
 -- 3. Some commands, then the read models are checked against the snapshot.
 ------------------------------------------------------------------------
-SELECT security.register_user(u.email, u.name)
+SELECT count(security.register_user(u.email, u.name)) AS registered
 FROM (VALUES ('ada@example.com', 'Ada'), ('alan@example.com', 'Alan'),
              ('grace@example.com', 'Grace'), ('barbara@example.com', 'Barbara'),
              ('edsger@example.com', 'Edsger'), ('ken@example.com', 'Ken')) u(email, name);
-SELECT security.change_user_name('alan@example.com', 'Turing');
-SELECT security.change_user_name('ken@example.com', 'Kenneth');
-SELECT security.change_user_name('ada@example.com', 'Lovelace');
+SELECT security.change_user_name(security.user_id_of('alan@example.com'), 'Turing');
+SELECT security.change_user_name(security.user_id_of('ken@example.com'), 'Kenneth');
+SELECT security.change_user_name(security.user_id_of('ada@example.com'), 'Lovelace');
 
 SELECT directory.wait_caught_up('user_names_v1');
 SELECT directory.wait_caught_up('users_per_letter');
@@ -193,7 +194,7 @@ DECLARE
     bad bigint;
 BEGIN
     SELECT count(*) INTO bad
-      FROM directory.current_users s FULL JOIN directory.user_names n ON n.email = s.state->>'email'
+      FROM directory.current_users s FULL JOIN directory.user_names n ON n.stream = s.stream
      WHERE n.name IS DISTINCT FROM s.state->>'name';
     IF bad > 0 THEN
         RAISE EXCEPTION '% users differ between directory.user_names and security.users', bad;
@@ -212,7 +213,7 @@ END
 $$;
 SELECT directory.check();
 
-SELECT * FROM directory.user_names ORDER BY email;
+SELECT * FROM directory.user_names ORDER BY name;
 SELECT * FROM directory.users_per_letter WHERE users <> 0 ORDER BY letter;
 
 ------------------------------------------------------------------------
@@ -221,7 +222,7 @@ SELECT * FROM directory.users_per_letter WHERE users <> 0 ORDER BY letter;
 --    goes.
 ------------------------------------------------------------------------
 CREATE TABLE directory.user_names_v2 (
-    email   text PRIMARY KEY,
+    stream  text PRIMARY KEY,
     name    text NOT NULL,
     renames int NOT NULL,
     version bigint NOT NULL
@@ -229,12 +230,11 @@ CREATE TABLE directory.user_names_v2 (
 CREATE FUNCTION directory.user_names_v2_apply(event esrc.event) RETURNS void
 LANGUAGE sql AS $$
     DELETE FROM directory.user_names_v2
-     WHERE event.type IN ('esrc.erased', 'esrc.deleted')
-       AND email = substr(event.stream, length('user-') + 1);
-    INSERT INTO directory.user_names_v2 (email, name, renames, version)
-    SELECT event.data->>'email', event.data->>'name', 0, event.version
+     WHERE event.type IN ('esrc.erased', 'esrc.deleted') AND stream = event.stream;
+    INSERT INTO directory.user_names_v2 (stream, name, renames, version)
+    SELECT event.stream, event.data->>'name', 0, event.version
      WHERE event.type IN ('UserRegistered', 'UserNameChanged') AND event.data ? 'name'
-    ON CONFLICT (email) DO UPDATE
+    ON CONFLICT (stream) DO UPDATE
         SET name = excluded.name, renames = user_names_v2.renames + 1, version = excluded.version
 $$;
 SELECT esrc.create_projection('user_names_v2', 'directory.user_names_v2_apply(esrc.event)',
@@ -246,7 +246,7 @@ SELECT directory.wait_caught_up('user_names_v2');
 -- list, DROP VIEW and CREATE VIEW (and GRANT again) in this transaction.
 BEGIN;
 CREATE OR REPLACE VIEW directory.user_names AS
-    SELECT email, name, renames FROM directory.user_names_v2;
+    SELECT stream, name, renames FROM directory.user_names_v2;
 COMMIT;
 
 -- v1 goes: the projection first (DROP FUNCTION of a handler in use is
@@ -255,11 +255,11 @@ SELECT esrc.drop_projection('user_names_v1');
 DROP FUNCTION directory.user_names_v1_apply(esrc.event);
 DROP TABLE directory.user_names_v1;
 
-SELECT security.change_user_name('grace@example.com', 'Hopper');
+SELECT security.change_user_name(security.user_id_of('grace@example.com'), 'Hopper');
 SELECT directory.wait_caught_up('user_names_v2');
 SELECT directory.wait_caught_up('users_per_letter');
 SELECT directory.check();
-SELECT * FROM directory.user_names ORDER BY email;
+SELECT * FROM directory.user_names ORDER BY name;
 
 ------------------------------------------------------------------------
 -- 5. Rebuild in place: reset_projection truncates (the reset function)

@@ -7,12 +7,17 @@ security.users, which follows the category "user"), decides, appends with
 the loaded version and, on SQLSTATE 40001 (someone else got in between),
 loads and decides again.
 
-Personal data, as docs/lifecycle.md advises: a user's stream is
-user-<uuid> (no e-mail in stream names, which are never erased), and the
-e-mail is stored encrypted for that subject (esrc.encrypt), so
-esrc.forget_subject makes it unreadable everywhere it was copied;
-esrc.erase_stream redacts the stream and appends its tombstone, which the
-consumers (examples/subscriptions/consumer.py) receive.
+Personal data, as docs/lifecycle.md advises: RegisterUser makes a new id
+and the user's stream is user-<uuid> (no e-mail in stream names, which
+are never erased); the e-mail is stored encrypted for that subject
+(esrc.encrypt), so esrc.forget_subject makes it unreadable everywhere it
+was copied.  The e-mail stays unique through security.user_emails (a
+keyed hash of it -> the user id), claimed in the same transaction as the
+UserRegistered event (security.claim_email): a second registration of
+the address fails, even a concurrent one.  Commands address a user by
+id; security.user_id_of finds the id of an e-mail.  security.erase_user
+erases the stream, forgets the key and deletes the lookup row; the
+consumers (examples/subscriptions/consumer.py) receive the tombstone.
 
     pip install ./clients/python        # or: pip install "psycopg[binary]"
     python3 examples/python/security_service.py "host=... dbname=..."
@@ -51,8 +56,7 @@ class UserRegistered:
 @types.register
 @dataclass(frozen=True)
 class UserNameChanged:
-    email: str          # the same envelope: the event names its user, as the
-    name: str           # SQL handlers' events do (examples/projections reads it)
+    name: str           # the stream names the user: no e-mail again
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def decide(command: Command, state: State) -> list[Event]:
         return [UserRegistered(command.email, command.name)]
     if state is None:
         raise UnknownUser()
-    return [UserNameChanged(state.email, command.name)]
+    return [UserNameChanged(command.name)]
 
 
 def from_snapshot(state: Any) -> State:
@@ -117,11 +121,27 @@ def stream_of(user_id: uuid.UUID) -> str:
     return "user-%s" % user_id
 
 
-def register_user(store: esrc.EventStore, user_id: uuid.UUID, email: str, name: str) -> int:
-    """RegisterUser: the new user's stream version (0)."""
-    sealed = store.encrypt(stream_of(user_id), "email", email)
-    return esrc.CommandHandler(store, users).handle(
-        stream_of(user_id), RegisterUser(sealed, name)).version
+def register_user(store: esrc.EventStore, email: str, name: str) -> uuid.UUID:
+    """RegisterUser: the new user's id.  The e-mail is claimed and the
+    event appended in one transaction (AlreadyRegistered: nothing is
+    written)."""
+    user_id = uuid.uuid4()
+    try:
+        with store.transaction():
+            store.conn.execute("SELECT security.claim_email(%s, %s)", (email, user_id))
+            sealed = store.encrypt(stream_of(user_id), "email", email)
+            esrc.CommandHandler(store, users).handle(stream_of(user_id), RegisterUser(sealed, name))
+    except esrc.EsrcError as e:
+        if e.sqlstate == "23505":
+            raise AlreadyRegistered(email) from e
+        raise
+    return user_id
+
+
+def user_id_of(store: esrc.EventStore, email: str) -> Optional[uuid.UUID]:
+    """The id of the user with this e-mail (security.user_emails), or None."""
+    row = store.conn.execute("SELECT security.user_id_of(%s)", (email,)).fetchone()
+    return row[0] if row else None
 
 
 def change_user_name(store: esrc.EventStore, user_id: uuid.UUID, name: str) -> esrc.Outcome[Event, State]:
@@ -138,13 +158,14 @@ def email_of(store: esrc.EventStore, user_id: uuid.UUID) -> Optional[str]:
 
 
 def self_check(conninfo: str) -> None:
-    user_id = uuid.uuid4()
-    email = "py-%s@example.com" % user_id.hex[:8]
+    email = "py-%s@example.com" % uuid.uuid4().hex[:8]
     with esrc.EventStore.connect(conninfo, types=types) as store:
-        assert register_user(store, user_id, email, "Alex") == 0
+        user_id = register_user(store, email, "Alex")
+        assert user_id_of(store, email) == user_id
+        assert store.stream_version(stream_of(user_id)) == 0
         try:
-            register_user(store, user_id, email, "Again")
-            raise AssertionError("a second registration was accepted")
+            register_user(store, email.upper(), "Again")
+            raise AssertionError("a second registration of the e-mail was accepted")
         except AlreadyRegistered:
             pass
 
@@ -180,8 +201,7 @@ def self_check(conninfo: str) -> None:
         assert email not in str(events[0].data) and email_of(store, user_id) == email
         # a stale decision is refused with 40001 and nothing is written
         try:
-            store.append(stream_of(user_id), UserNameChanged(events[0].data["email"], "stale"),
-                         expected_version=1)
+            store.append(stream_of(user_id), UserNameChanged("stale"), expected_version=1)
             raise AssertionError("stale append was accepted")
         except esrc.ConcurrencyError as e:
             assert e.sqlstate == "40001"
@@ -193,8 +213,8 @@ def self_check(conninfo: str) -> None:
             pass
 
     print("python example: registered %s, 3 concurrent renames -> versions %s "
-          "(%d retries on 40001), snapshot at version %d with name %s; e-mail stored encrypted; "
-          "stale append refused with 40001; unknown user refused"
+          "(%d retries on 40001), snapshot at version %d with name %s; e-mail stored encrypted, "
+          "unique and found by its keyed hash; stale append refused with 40001; unknown user refused"
           % (stream_of(user_id), versions, retries, snap_version, snap["name"]))
 
 

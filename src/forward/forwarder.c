@@ -316,6 +316,7 @@ connect_kafka(void)
 		}
 		return false;
 	}
+	fwd_clear_last_error();		/* connected: what failed before is over */
 
 	/*
 	 * None of the three is ever ahead of what Kafka has: the offsets topic

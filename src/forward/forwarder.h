@@ -241,9 +241,10 @@ extern EsrcForwarderState fwd_get_state(void);
 extern void fwd_report_failure(EsrcForwarderState state, const char *error,
 							   const char *detail);
 extern void fwd_forget_logged_failure(void);
+extern void fwd_clear_last_error(void);
 extern void fwd_set_blocked(int64 position, const char *stream);
 extern void fwd_publish_progress(int64 position, int delivered);
-extern void fwd_kafka_wait_hook(int64 waited_ms, const char *last_error);
+extern bool fwd_kafka_wait_hook(int64 waited_ms, const char *last_error);
 extern bool fwd_paused(void);
 extern void fwd_publish_log_id(const char *log_id);
 extern void fwd_report_standby_wait(const char *why, TimestampTz since, bool first);

@@ -16,13 +16,50 @@
  * has every event that Kafka has.  Appends never wait: only the
  * forwarder does.
  *
- * What "has flushed" means: a physical replication slot's restart_lsn,
+ * What the standby reports: a physical replication slot's restart_lsn,
  * which the walsender advances to the flush position the standby reports
  * (PhysicalConfirmReceivedLocation), read from ReplicationSlotCtl under
  * ReplicationSlotControlLock and the slot's spinlock, as PostgreSQL 17's
  * synchronized_standby_slots does (StandbySlotsHaveCaughtup); never by
  * querying a view.  Patroni creates one physical slot per member, named
  * after it.
+ *
+ * What is credited: restart_lsn alone is not enough.  A walreceiver's
+ * first reply reports flush = its own replay end (WalReceiverMain starts
+ * LogstreamResult.Flush at GetXLogReplayRecPtr), whatever this server's
+ * history is, and the walsender moves the slot there unchecked.  After a
+ * failover the old leader, whose WAL diverged past the new leader's
+ * timeline switch point S, is started by Patroni as a standby of the new
+ * leader before pg_rewind: it reports its replay end D > S, so restart_lsn
+ * says D, yet it lacks everything the new leader wrote after S, and the
+ * forwarder would send events it lacks (measured in test/run-69's drill:
+ * 3 of 3 failovers, about 10 s until pg_rewind).  PostgreSQL 17's
+ * synchronized_standby_slots trusts restart_lsn the same way.  So a slot
+ * is credited with min(restart_lsn, sent): sent is the sentPtr of the
+ * walsender that holds the slot now (slot->active_pid matched with
+ * WalSndCtl->walsnds[i].pid, read under that walsender's spinlock).  Why
+ * that is safe: a walsender starts at the point the standby asks for on
+ * the timeline the standby asks for, and refuses a point that is not on
+ * this server's history (StartReplication), so what the standby holds up
+ * to its start point is this server's WAL; from there to sentPtr it was
+ * sent this server's WAL on this connection.  A diverged node never adopts
+ * the new timeline (its startup process refuses a timeline that forked
+ * before its recovery point), so it asks for the old one at a point <= S
+ * and is sent the old timeline only up to S: its walsender's sentPtr
+ * never passes S, whatever it reports.  When no walsender holds the slot,
+ * the credit is min(restart_lsn, what this process last credited the slot
+ * with while a walsender held it), nothing when it never saw one.
+ *
+ * What it costs: a standby that is down when the worker starts (or was
+ * never seen streaming by this worker) no longer lets batches through on
+ * its old restart_lsn: the worker waits until it connects and its
+ * walsender has sent the batch's WAL.  A standby that reconnects is
+ * credited only as far as its new walsender has sent (it starts at the
+ * segment the standby asks for), a few milliseconds.  What it does not
+ * cover: a slot dropped and created again under the same name while the
+ * worker runs keeps the old credit (bounded by the new restart_lsn); a
+ * walsender cannot tell that the standby wrote what it was sent
+ * (restart_lsn, the standby's own report, bounds that).
  *
  * The wait: on 17 and later the walsenders broadcast
  * WalSndCtl->wal_confirm_rcv_cv when a physical slot advances that is
@@ -55,9 +92,13 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
@@ -197,6 +238,157 @@ fwd_standbys_configured(void)
 }
 
 /*
+ * What this process last credited each slot with (see the header: "What
+ * is credited"), by slot name; kept across reloads of the list.  Only the
+ * forwarder reads the slots, so this is process-local, in
+ * TopMemoryContext, and starts empty with each worker.
+ */
+typedef struct SlotCredit
+{
+	NameData	name;
+	XLogRecPtr	credited;
+	pid_t		logged_pid;		/* the walsender last logged about */
+} SlotCredit;
+
+static SlotCredit *credits = NULL;
+static int	n_credits = 0;
+static int	max_credits = 0;
+
+static SlotCredit *
+slot_credit(const char *name)
+{
+	int			i;
+
+	for (i = 0; i < n_credits; i++)
+		if (strcmp(NameStr(credits[i].name), name) == 0)
+			return &credits[i];
+	if (n_credits == max_credits)
+	{
+		max_credits = Max(8, max_credits * 2);
+		credits = credits == NULL ?
+			MemoryContextAlloc(TopMemoryContext, sizeof(SlotCredit) * max_credits) :
+			repalloc(credits, sizeof(SlotCredit) * max_credits);
+	}
+	namestrcpy(&credits[n_credits].name, name);
+	credits[n_credits].credited = InvalidXLogRecPtr;
+	credits[n_credits].logged_pid = 0;
+	return &credits[n_credits++];
+}
+
+/*
+ * How far the walsender with this pid (the slot's active_pid) has sent
+ * WAL; false when no walsender has that pid (it is exiting).  Read under
+ * the walsender's spinlock, as pg_stat_get_wal_senders does.
+ */
+static bool
+walsender_sent(pid_t pid, XLogRecPtr *sent)
+{
+	int			i;
+
+	if (WalSndCtl == NULL)
+		return false;
+	for (i = 0; i < max_wal_senders; i++)
+	{
+		WalSnd	   *w = &WalSndCtl->walsnds[i];
+		bool		found;
+
+		SpinLockAcquire(&w->mutex);
+		found = w->pid == pid;
+		if (found)
+			*sent = w->sentPtr;
+		SpinLockRelease(&w->mutex);
+		if (found)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * One listed slot: true when it is credited with lsn; else why into why.
+ * The caller holds ReplicationSlotControlLock.
+ */
+static bool
+slot_flushed(const char *name, XLogRecPtr lsn, char *why, bool *broken)
+{
+	ReplicationSlot *s = SearchNamedReplicationSlot(name, false);
+	SlotCredit *credit;
+	XLogRecPtr	restart_lsn;
+	XLogRecPtr	sent = InvalidXLogRecPtr;
+	XLogRecPtr	credited;
+	pid_t		active_pid;
+	bool		streaming;
+
+	if (s == NULL)
+	{
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "standby slot \"%s\" of esrc.forwarder_standbys does not exist", name);
+		*broken = true;
+		return false;
+	}
+	if (SlotIsLogical(s))
+	{
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "standby slot \"%s\" of esrc.forwarder_standbys is a logical slot, not a standby's physical slot",
+				 name);
+		*broken = true;
+		return false;
+	}
+	SpinLockAcquire(&s->mutex);
+	restart_lsn = s->data.restart_lsn;
+	active_pid = s->active_pid;
+	SpinLockRelease(&s->mutex);
+	if (XLogRecPtrIsInvalid(restart_lsn))
+	{
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "standby slot \"%s\" of esrc.forwarder_standbys has no flushed position (never used by a standby, or invalidated)%s",
+				 name, active_pid == 0 ? "; it is inactive" : "");
+		*broken = true;
+		return false;
+	}
+
+	/* the credit: see the header */
+	credit = slot_credit(name);
+	streaming = active_pid != 0 && walsender_sent(active_pid, &sent);
+	if (streaming)
+	{
+		credited = Min(restart_lsn, sent);
+		credit->credited = credited;
+	}
+	else
+		credited = Min(restart_lsn, credit->credited);
+	if (credited >= lsn)
+		return true;
+
+	if (streaming && restart_lsn >= lsn && credit->logged_pid != active_pid)
+	{
+		/* restart_lsn alone would have let this batch go: once per walsender */
+		credit->logged_pid = active_pid;
+		ereport(LOG,
+				(errmsg("esrc forwarder: standby slot \"%s\" reports flushed to %X/%X but its walsender (pid %d) sent only to %X/%X: crediting %X/%X",
+						name, LSN_FORMAT_ARGS(restart_lsn), (int) active_pid,
+						LSN_FORMAT_ARGS(sent), LSN_FORMAT_ARGS(credited)),
+				 errdetail("A walreceiver's first reply reports its own replay end; a standby whose WAL diverged from this server's (an old primary before pg_rewind) reports WAL this server never sent it.")));
+	}
+	if (streaming && restart_lsn >= lsn)
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "standby slot \"%s\" of esrc.forwarder_standbys reports flushed to %X/%X but its walsender (pid %d) sent only to %X/%X, below the WAL of the next batch (needed %X/%X)",
+				 name, LSN_FORMAT_ARGS(restart_lsn), (int) active_pid,
+				 LSN_FORMAT_ARGS(sent), LSN_FORMAT_ARGS(lsn));
+	else if (!streaming && XLogRecPtrIsInvalid(credit->credited))
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "standby slot \"%s\" of esrc.forwarder_standbys is inactive (no standby connected) and no walsender was seen sending on it since the forwarder started: its flushed position %X/%X alone is not trusted (needed %X/%X)",
+				 name, LSN_FORMAT_ARGS(restart_lsn), LSN_FORMAT_ARGS(lsn));
+	else
+		snprintf(why, ESRC_FWD_ERROR_LEN,
+				 "standby slot \"%s\" of esrc.forwarder_standbys is %s and " UINT64_FORMAT " bytes behind the WAL of the next batch (flushed %X/%X, sent %X/%X, needed %X/%X)",
+				 name, streaming ? "active" : "inactive (no standby connected)",
+				 (uint64) (lsn - credited), LSN_FORMAT_ARGS(restart_lsn),
+				 LSN_FORMAT_ARGS(streaming ? sent : credit->credited),
+				 LSN_FORMAT_ARGS(lsn));
+	return false;
+}
+
+/*
  * Has every listed slot flushed up to lsn?  When not, why (the first slot
  * that has not) into why, which has ESRC_FWD_ERROR_LEN bytes; *broken
  * tells a slot that cannot catch up as it is (missing, logical, never
@@ -219,49 +411,8 @@ slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
 	}
 	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
 	for (i = 0; i < standbys->n; i++)
-	{
-		const char *name = NameStr(standbys->names[i]);
-		ReplicationSlot *s = SearchNamedReplicationSlot(name, false);
-		XLogRecPtr	restart_lsn;
-		pid_t		active_pid;
-
-		if (s == NULL)
-		{
-			snprintf(why, ESRC_FWD_ERROR_LEN,
-					 "standby slot \"%s\" of esrc.forwarder_standbys does not exist", name);
-			*broken = true;
+		if (!slot_flushed(NameStr(standbys->names[i]), lsn, why, broken))
 			break;
-		}
-		if (SlotIsLogical(s))
-		{
-			snprintf(why, ESRC_FWD_ERROR_LEN,
-					 "standby slot \"%s\" of esrc.forwarder_standbys is a logical slot, not a standby's physical slot",
-					 name);
-			*broken = true;
-			break;
-		}
-		SpinLockAcquire(&s->mutex);
-		restart_lsn = s->data.restart_lsn;
-		active_pid = s->active_pid;
-		SpinLockRelease(&s->mutex);
-		if (XLogRecPtrIsInvalid(restart_lsn))
-		{
-			snprintf(why, ESRC_FWD_ERROR_LEN,
-					 "standby slot \"%s\" of esrc.forwarder_standbys has no flushed position (never used by a standby, or invalidated)%s",
-					 name, active_pid == 0 ? "; it is inactive" : "");
-			*broken = true;
-			break;
-		}
-		if (restart_lsn < lsn)
-		{
-			snprintf(why, ESRC_FWD_ERROR_LEN,
-					 "standby slot \"%s\" of esrc.forwarder_standbys is %s and " UINT64_FORMAT " bytes behind the WAL of the next batch (flushed %X/%X, needed %X/%X)",
-					 name, active_pid == 0 ? "inactive (no standby connected)" : "active",
-					 (uint64) (lsn - restart_lsn),
-					 LSN_FORMAT_ARGS(restart_lsn), LSN_FORMAT_ARGS(lsn));
-			break;
-		}
-	}
 	LWLockRelease(ReplicationSlotControlLock);
 	return i == standbys->n;
 }

@@ -42,6 +42,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/interrupt.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
@@ -217,6 +218,18 @@ fwd_forget_logged_failure(void)
 	last_logged_state = -1;
 }
 
+/* Connected to Kafka: the failures before are over. */
+void
+fwd_clear_last_error(void)
+{
+	EsrcForwarderShared *f = fwd_slot;
+
+	fwd_status_write_begin(f);
+	f->last_error[0] = '\0';
+	f->last_error_at = 0;
+	fwd_status_write_end(f);
+}
+
 void
 fwd_set_blocked(int64 position, const char *stream)
 {
@@ -244,12 +257,38 @@ fwd_publish_progress(int64 position, int delivered)
 	fwd_status_write_end(f);
 }
 
-/* librdkafka is waiting a long time (kafka.c): show it. */
-void
+/*
+ * librdkafka is waiting (kafka.c): show why.  While connecting, its
+ * latest error (the broker's address and the cause) goes to last_error at
+ * once, in state "connecting", and a pending reload ends the connect (the
+ * new settings are tried at once, not after the connect's budget); while
+ * running, a wait of a second or more.
+ */
+bool
 fwd_kafka_wait_hook(int64 waited_ms, const char *last_error)
 {
+	if (fwd_get_state() == FWD_CONNECTING && ConfigReloadPending)
+		return true;
+	if (fwd_get_state() == FWD_CONNECTING && last_error[0])
+	{
+		EsrcForwarderShared *f = fwd_slot;
+		char		msg[ESRC_FWD_ERROR_LEN];
+
+		snprintf(msg, sizeof(msg), "cannot connect to Kafka at %s: %s",
+				 fwd_cfg.brokers, last_error);
+		if (strcmp(f->last_error, msg) != 0)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			fwd_status_write_begin(f);
+			strlcpy(f->last_error, msg, sizeof(f->last_error));
+			f->last_error_at = now;
+			fwd_status_write_end(f);
+		}
+		return false;
+	}
 	if (waited_ms < 1000)
-		return;
+		return false;
 	if (fwd_get_state() == FWD_RUNNING)
 	{
 		char		msg[ESRC_FWD_ERROR_LEN];
@@ -258,6 +297,7 @@ fwd_kafka_wait_hook(int64 waited_ms, const char *last_error)
 				 (int) (waited_ms / 1000), last_error[0] ? ": " : "", last_error);
 		fwd_report_failure(FWD_DISCONNECTED, msg, NULL);
 	}
+	return false;
 }
 
 

@@ -119,9 +119,22 @@ kafka_elapsed_ms(instr_time start)
 }
 
 /*
+ * The clients of this process that esrc_kafka_shutdown() closes at exit:
+ * the handle being connected or in use (one at a time) and (kafkapos.c)
+ * the consumer of kafka_read_position() while it exists.
+ */
+static EsrcKafka *live_handle = NULL;
+static bool live_connecting = false;	/* live_handle is in connect */
+static bool connect_given_up = false;	/* the wait hook said so */
+
+/*
  * Between two slices of a blocking wait that began at start: honour
  * SIGTERM and postmaster death, and tell the worker how long we have been
- * waiting.  May ereport(FATAL).
+ * waiting.  While connecting, first serve the producers' queues: their
+ * error_cb (a refused connection, a name that does not resolve, a failed
+ * TLS handshake) and log_cb run only in rd_kafka_poll, and nothing else
+ * polls before the connect ends (no records are queued yet, so no
+ * delivery report is served early).  May ereport(FATAL).
  */
 void
 kafka_between_slices(instr_time start)
@@ -129,12 +142,21 @@ kafka_between_slices(instr_time start)
 	CHECK_FOR_INTERRUPTS();
 	if (!PostmasterIsAlive())
 		proc_exit(1);
+	if (live_connecting && live_handle != NULL)
+	{
+		int			i;
+
+		for (i = 0; i < live_handle->nrk; i++)
+			rd_kafka_poll(live_handle->rks[i], 0);
+		esrc_kafka_emit_log();
+	}
 	if (esrc_kafka_wait_hook != NULL)
 	{
 		char		errcopy[LOG_LINE];
 
 		kafka_copy_last_error(errcopy, sizeof(errcopy));
-		esrc_kafka_wait_hook(kafka_elapsed_ms(start), errcopy);
+		if (esrc_kafka_wait_hook(kafka_elapsed_ms(start), errcopy) && live_connecting)
+			connect_given_up = true;
 	}
 }
 
@@ -180,14 +202,6 @@ txn_error(rd_kafka_error_t *error, const char *what, char *err, size_t errlen)
  */
 
 static EsrcKafkaStatus begin_txn(EsrcKafka *k, int p, char *err, size_t errlen);
-
-/*
- * The clients of this process that esrc_kafka_shutdown() closes at exit:
- * the handle being connected or in use (one at a time) and (kafkapos.c)
- * the consumer of kafka_read_position() while it exists.
- */
-static EsrcKafka *live_handle = NULL;
-static bool live_connecting = false;	/* live_handle is in connect */
 
 /*
  * librdkafka's main thread yields the CPU to the worker (and to the
@@ -388,7 +402,7 @@ init_transactions(EsrcKafka *k, char *err, size_t errlen)
 		switch (txn_error(error, "init_transactions", err, errlen))
 		{
 			case TXN_RETRIABLE:
-				if (kafka_elapsed_ms(start) < CONNECT_BUDGET_MS)
+				if (kafka_elapsed_ms(start) < CONNECT_BUDGET_MS && !connect_given_up)
 				{
 					kafka_between_slices(start);
 					continue;
@@ -468,7 +482,7 @@ check_reachable(EsrcKafka *k, const char *brokers, char *err, size_t errlen)
 			rd_kafka_metadata_destroy(md);
 			return ESRC_KAFKA_OK;
 		}
-		if (kafka_elapsed_ms(start) >= CONNECT_BUDGET_MS)
+		if (kafka_elapsed_ms(start) >= CONNECT_BUDGET_MS || connect_given_up)
 		{
 			snprintf(err, errlen, "cannot reach Kafka at %s: %s", brokers,
 					 rd_kafka_err2str(e));
@@ -496,6 +510,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_i
 	Assert(live_handle == NULL);
 	live_handle = k;
 	live_connecting = true;
+	connect_given_up = false;
 
 	kafka_clear_last_error();
 	*status = create_producers(k, err, errlen);
@@ -508,6 +523,16 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_i
 	}
 	if (*status != ESRC_KAFKA_OK)
 	{
+		char		cause[LOG_LINE];
+
+		/* a generic timeout says more with the error that caused it */
+		kafka_copy_last_error(cause, sizeof(cause));
+		if (*status == ESRC_KAFKA_RETRY && cause[0] && strstr(err, cause) == NULL)
+		{
+			size_t		len = strlen(err);
+
+			snprintf(err + len, errlen - len, " (%s)", cause);
+		}
 		esrc_kafka_destroy(k);
 		return NULL;
 	}

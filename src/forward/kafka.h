@@ -57,10 +57,12 @@ typedef struct EsrcKafkaSettings
 /*
  * Called between the slices of a long wait (delivery, commit, connect)
  * with the time waited so far and librdkafka's latest error (may be ""),
- * so that the worker can show "disconnected" while it waits.  Worker
- * thread only.
+ * so that the worker can show "disconnected" while it waits, or why a
+ * connect does not succeed.  Returns true to give up a connect (a reload
+ * is pending): its loops stop after the slice under way and
+ * esrc_kafka_connect() fails with ESRC_KAFKA_RETRY.  Worker thread only.
  */
-typedef void (*EsrcKafkaWaitHook) (int64 waited_ms, const char *last_error);
+typedef bool (*EsrcKafkaWaitHook) (int64 waited_ms, const char *last_error);
 extern EsrcKafkaWaitHook esrc_kafka_wait_hook;
 
 /* One event to send. Strings are NUL-terminated; lengths exclude the NUL. */

@@ -100,12 +100,18 @@ log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 				 "%s: %s", fac, buf);
 }
 
-/* librdkafka error_cb: served by rd_kafka_poll (our thread), but kept simple */
+/*
+ * librdkafka error_cb: served by rd_kafka_poll (our thread), but kept
+ * simple.  "1/1 brokers are down" follows the error that says why (the
+ * address and "Connection refused", a name that does not resolve, a
+ * failed TLS handshake): it does not replace that one.
+ */
 static void
 error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	pthread_mutex_lock(&log_lock);
-	snprintf(last_error, sizeof(last_error), "%s", reason);
+	if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || last_error[0] == '\0')
+		snprintf(last_error, sizeof(last_error), "%s", reason);
 	pthread_mutex_unlock(&log_lock);
 
 	/* transport errors are reported in the status; log only the serious ones */

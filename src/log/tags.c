@@ -48,11 +48,9 @@
 #include "log/log.h"
 #include "logint.h"
 
-/*
- * Check one tag (s, len bytes) and return it as a C string.
- */
-char *
-esrc_check_tag(const char *s, int len, const char *what)
+/* Check one tag (s, len bytes). */
+static void
+check_tag_bytes(const char *s, int len, const char *what)
 {
 	int			i;
 
@@ -76,7 +74,28 @@ esrc_check_tag(const char *s, int len, const char *what)
 					 errmsg("a tag of %s contains a control character", what),
 					 errdetail("Byte %d of the tag is 0x%02x.", i + 1, c)));
 	}
+}
+
+/*
+ * Check one tag (s, len bytes) and return it as a C string.
+ */
+char *
+esrc_check_tag(const char *s, int len, const char *what)
+{
+	check_tag_bytes(s, len, what);
 	return pnstrdup(s, len);
+}
+
+/*
+ * strcmp's order of two tags given as bytes (tags contain no NUL): what
+ * make_tags sorts by.
+ */
+static int
+tag_bytes_cmp(const char *a, int alen, const char *b, int blen)
+{
+	int			c = memcmp(a, b, Min(alen, blen));
+
+	return c != 0 ? c : (alen > blen) - (alen < blen);
 }
 
 static int
@@ -116,7 +135,13 @@ make_tags(char **tags, int n, const char *what)
 										   TYPALIGN_INT));
 }
 
-/* The tags of esrc.append's text[] argument. */
+/*
+ * The tags of esrc.append's text[] argument.  One pass checks every tag
+ * and whether the array is already what esrc.events stores (one
+ * dimension from 1, sorted, no duplicates): then it is stored as given,
+ * without copying its tags (the common case: callers that know the rule
+ * pass sorted tags); else the tags are sorted into a new array.
+ */
 Datum
 esrc_tags_from_array(ArrayType *arr, const char *what)
 {
@@ -124,6 +149,7 @@ esrc_tags_from_array(ArrayType *arr, const char *what)
 	bool	   *nulls;
 	int			n;
 	char	  **tags;
+	bool		sorted = true;
 	int			i;
 
 	if (ARR_NDIM(arr) > 1)
@@ -133,7 +159,6 @@ esrc_tags_from_array(ArrayType *arr, const char *what)
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	if (n > ESRC_MAX_TAGS)
 		(void) make_tags(NULL, n, what);
-	tags = palloc(sizeof(char *) * Max(n, 1));
 	for (i = 0; i < n; i++)
 	{
 		text	   *t;
@@ -143,8 +168,22 @@ esrc_tags_from_array(ArrayType *arr, const char *what)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("the tags of %s must not contain null", what)));
 		t = DatumGetTextPP(elems[i]);
-		tags[i] = esrc_check_tag(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), what);
+		check_tag_bytes(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), what);
+		if (i > 0 && sorted)
+		{
+			text	   *p = DatumGetTextPP(elems[i - 1]);
+
+			sorted = tag_bytes_cmp(VARDATA_ANY(p), VARSIZE_ANY_EXHDR(p),
+								   VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) < 0;
+		}
 	}
+	if (n == 0)
+		return (Datum) 0;
+	if (sorted && ARR_LBOUND(arr)[0] == 1)
+		return PointerGetDatum(arr);
+	tags = palloc(sizeof(char *) * n);
+	for (i = 0; i < n; i++)
+		tags[i] = TextDatumGetCString(elems[i]);
 	return make_tags(tags, n, what);
 }
 
@@ -228,17 +267,24 @@ typedef struct KeySet
 	int			alloc;
 } KeySet;
 
-/* Add (type, tag) to ks; "" stands for any type or any tag. */
+/*
+ * Add (type, tag) to ks (tlen and glen bytes, at most ESRC_MAX_TYPE_NAME
+ * and ESRC_MAX_TAG_LEN); "" stands for any type or any tag.  The key
+ * hashes as the bytes type NUL tag NUL.
+ */
 static void
-add_key(KeySet *ks, const char *type, const char *tag, bool check)
+add_key(KeySet *ks, const char *type, int tlen, const char *tag, int glen,
+		bool check)
 {
-	int			tlen = strlen(type);
-	int			glen = strlen(tag);
-	char	   *buf = palloc(tlen + glen + 2);
+	char		buf[ESRC_MAX_TYPE_NAME + ESRC_MAX_TAG_LEN + 2];
 	KeyLock    *k;
 
-	memcpy(buf, type, tlen + 1);
-	memcpy(buf + tlen + 1, tag, glen + 1);
+	if (tlen > ESRC_MAX_TYPE_NAME || glen > ESRC_MAX_TAG_LEN)
+		elog(ERROR, "lock key of %d + %d bytes is too long", tlen, glen);
+	memcpy(buf, type, tlen);
+	buf[tlen] = '\0';
+	memcpy(buf + tlen + 1, tag, glen);
+	buf[tlen + glen + 1] = '\0';
 	if (ks->n == ks->alloc)
 	{
 		ks->alloc *= 2;
@@ -249,7 +295,6 @@ add_key(KeySet *ks, const char *type, const char *tag, bool check)
 		ESRC_KEY_LOCK_BUCKETS;
 	k->write = !check;
 	k->check = check;
-	pfree(buf);
 }
 
 static int
@@ -265,7 +310,9 @@ key_cmp(const void *a, const void *b)
 static void
 add_event_keys(KeySet *ks, const EventInput *ev)
 {
-	add_key(ks, ev->type, "", false);
+	int			tlen = strlen(ev->type);
+
+	add_key(ks, ev->type, tlen, "", 0, false);
 	if (ev->tags != (Datum) 0)
 	{
 		ArrayType  *arr = DatumGetArrayTypeP(ev->tags);
@@ -276,11 +323,12 @@ add_event_keys(KeySet *ks, const EventInput *ev)
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
 		for (i = 0; i < n; i++)
 		{
-			char	   *tag = TextDatumGetCString(elems[i]);
+			text	   *t = DatumGetTextPP(elems[i]);
 
-			add_key(ks, "", tag, false);
-			add_key(ks, ev->type, tag, false);
+			add_key(ks, "", 0, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), false);
+			add_key(ks, ev->type, tlen, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), false);
 		}
+		pfree(elems);
 	}
 }
 
@@ -307,9 +355,10 @@ esrc_lock_event_keys(int nevents, const EventInput *events,
 		const char *tag = item->ntags > 0 ? item->tags[0] : "";
 
 		if (item->ntypes == 0)
-			add_key(&ks, "", tag, true);
+			add_key(&ks, "", 0, tag, strlen(tag), true);
 		for (j = 0; j < item->ntypes; j++)
-			add_key(&ks, item->types[j], tag, true);
+			add_key(&ks, item->types[j], strlen(item->types[j]), tag,
+					strlen(tag), true);
 	}
 	qsort(ks.keys, ks.n, sizeof(KeyLock), key_cmp);
 

@@ -13,7 +13,7 @@
 -- security.users, which its trigger writes in each append's transaction.
 
 CREATE VIEW proj.expected_user_names AS
-SELECT r.data->>'email' AS email, l.data->>'name' AS name,
+SELECT r.stream, l.data->>'name' AS name,
        (SELECT count(*) FROM esrc.events c
         WHERE c.stream = r.stream AND c.type = 'UserNameChanged')::int AS renamed_count
 FROM esrc.events r
@@ -51,8 +51,8 @@ BEGIN
             PERFORM proj.apply_user_name('replay.user_names', e);
             PERFORM proj.apply_letters('replay.name_letters', 'replay.letter_of', e);
             IF e.type = 'UserNameChanged' THEN
-                INSERT INTO replay.rename_tally AS t VALUES (e.data->>'email', 1)
-                    ON CONFLICT (email) DO UPDATE SET renames = t.renames + 1;
+                INSERT INTO replay.rename_tally AS t VALUES (e.stream, 1)
+                    ON CONFLICT (stream) DO UPDATE SET renames = t.renames + 1;
             END IF;
         END LOOP;
         EXIT WHEN NOT got;
@@ -77,10 +77,10 @@ $$;
 CREATE VIEW proj.nonzero_letters AS SELECT * FROM security.name_letters WHERE users <> 0;
 CREATE VIEW proj.replay_nonzero_letters AS SELECT * FROM replay.name_letters WHERE users <> 0;
 CREATE VIEW proj.expected_tally AS
-SELECT email, renamed_count AS renames FROM proj.expected_user_names WHERE renamed_count > 0;
+SELECT stream, renamed_count AS renames FROM proj.expected_user_names WHERE renamed_count > 0;
 CREATE VIEW proj.snapshot_user_names AS
-SELECT state->>'email' AS email, state->>'name' AS name FROM security.users;
-CREATE VIEW proj.expected_names_only AS SELECT email, name FROM proj.expected_user_names;
+SELECT stream, state->>'name' AS name FROM security.users;
+CREATE VIEW proj.expected_names_only AS SELECT stream, name FROM proj.expected_user_names;
 CREATE VIEW proj.user_events AS SELECT position FROM esrc.events WHERE category = 'user';
 
 -- the checks of the read models of projections user_names (v1, into

@@ -12,20 +12,26 @@ CREATE EXTENSION esrc;
 -- The write load's command: register a user, or rename one already
 -- registered (test/projstress/writers.pgbench).  The example's command
 -- handlers retry 40001 themselves (READ COMMITTED); a registration that
--- loses a race to another registers nothing and renames instead.
+-- loses a race to another (23505 on security.user_emails) registers
+-- nothing and renames instead.
 CREATE SCHEMA load;
 CREATE FUNCTION load.command(email text, name text) RETURNS bigint
 LANGUAGE plpgsql AS $$
+DECLARE
+    id uuid;
 BEGIN
-    BEGIN
-        RETURN security.change_user_name(email, name);
-    EXCEPTION WHEN no_data_found THEN
+    LOOP
+        id := security.user_id_of(email);
+        IF id IS NOT NULL THEN
+            RETURN security.change_user_name(id, name);
+        END IF;
         BEGIN
-            RETURN security.register_user(email, name);
+            PERFORM security.register_user(email, name);
+            RETURN 0;
         EXCEPTION WHEN unique_violation THEN
-            RETURN security.change_user_name(email, name);
+            NULL;   -- registered by another since the lookup: rename it
         END;
-    END;
+    END LOOP;
 END
 $$;
 -- a name whose first letter varies with n
@@ -38,7 +44,7 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT chr(65 + (n % 26)::int) || 'name' || n $$;
 -- cross-stream count (a redelivered registration counts twice); its
 -- handler keeps each user's letter in letter_of.
 CREATE TABLE security.user_names (
-    email         text PRIMARY KEY,
+    stream        text PRIMARY KEY,
     name          text NOT NULL,
     renamed_count integer NOT NULL
 );
@@ -48,14 +54,14 @@ CREATE TABLE security.name_letters (
     users  integer NOT NULL
 );
 CREATE TABLE security.letter_of (
-    email  text PRIMARY KEY,
+    stream text PRIMARY KEY,
     letter text NOT NULL
 );
 CREATE SCHEMA proj;
 -- renames per user counted by the v1 handler (in its batch, or with
 -- break=1 through a separate connection)
 CREATE TABLE proj.rename_tally (
-    email   text PRIMARY KEY,
+    stream  text PRIMARY KEY,
     renames integer NOT NULL
 );
 -- knobs of the handlers, read at every event: every sleep_every-th event
@@ -83,17 +89,17 @@ DECLARE
 BEGIN
     CASE e.type
         WHEN 'UserRegistered' THEN
-            EXECUTE format('INSERT INTO %s (email, name, renamed_count) VALUES ($1, $2, 0)
-                            ON CONFLICT (email) DO UPDATE SET name = excluded.name', tbl)
-                USING e.data->>'email', e.data->>'name';
+            EXECUTE format('INSERT INTO %s (stream, name, renamed_count) VALUES ($1, $2, 0)
+                            ON CONFLICT (stream) DO UPDATE SET name = excluded.name', tbl)
+                USING e.stream, e.data->>'name';
         WHEN 'UserNameChanged' THEN
             EXECUTE format('UPDATE %s SET name = $2, renamed_count = renamed_count + 1
-                            WHERE email = $1', tbl)
-                USING e.data->>'email', e.data->>'name';
+                            WHERE stream = $1', tbl)
+                USING e.stream, e.data->>'name';
             GET DIAGNOSTICS n = ROW_COUNT;   -- EXECUTE does not set FOUND
             IF n <> 1 THEN
-                RAISE EXCEPTION 'rename of unregistered user % (stream %, version %)',
-                    e.data->>'email', e.stream, e.version;
+                RAISE EXCEPTION 'rename of unregistered user (stream %, version %)',
+                    e.stream, e.version;
             END IF;
         ELSE
             NULL;
@@ -104,24 +110,24 @@ $$;
 CREATE FUNCTION proj.apply_letters(letters regclass, letter_of regclass, e esrc.event) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    email text := e.data->>'email';
+    user_stream text := e.stream;
     new_letter text := lower(left(e.data->>'name', 1));
     old_letter text;
 BEGIN
     CASE e.type
         WHEN 'UserRegistered' THEN
             EXECUTE format('INSERT INTO %s VALUES ($1, $2)
-                            ON CONFLICT (email) DO UPDATE SET letter = excluded.letter', letter_of)
-                USING email, new_letter;
+                            ON CONFLICT (stream) DO UPDATE SET letter = excluded.letter', letter_of)
+                USING user_stream, new_letter;
             EXECUTE format('INSERT INTO %1$s AS l VALUES ($1, 1)
                             ON CONFLICT (letter) DO UPDATE SET users = l.users + 1', letters)
                 USING new_letter;
         WHEN 'UserNameChanged' THEN
-            EXECUTE format('SELECT letter FROM %s WHERE email = $1 FOR UPDATE', letter_of)
-                INTO old_letter USING email;
+            EXECUTE format('SELECT letter FROM %s WHERE stream = $1 FOR UPDATE', letter_of)
+                INTO old_letter USING user_stream;
             IF old_letter IS NULL THEN
-                RAISE EXCEPTION 'rename of unregistered user % (stream %, version %)',
-                    email, e.stream, e.version;
+                RAISE EXCEPTION 'rename of unregistered user (stream %, version %)',
+                    e.stream, e.version;
             END IF;
             IF old_letter <> new_letter THEN
                 EXECUTE format('UPDATE %s SET users = users - 1 WHERE letter = $1', letters)
@@ -129,8 +135,8 @@ BEGIN
                 EXECUTE format('INSERT INTO %1$s AS l VALUES ($1, 1)
                                 ON CONFLICT (letter) DO UPDATE SET users = l.users + 1', letters)
                     USING new_letter;
-                EXECUTE format('UPDATE %s SET letter = $2 WHERE email = $1', letter_of)
-                    USING email, new_letter;
+                EXECUTE format('UPDATE %s SET letter = $2 WHERE stream = $1', letter_of)
+                    USING user_stream, new_letter;
             END IF;
         ELSE
             NULL;
@@ -165,11 +171,11 @@ BEGIN
             EXECUTE format('COPY (SELECT 1) TO PROGRAM %L',
                 format('%s -qAtX %s -c %s >/dev/null', k.psql, quote_ident(k.conninfo),
                        quote_ident(format('INSERT INTO proj.rename_tally AS t VALUES (%L, 1)
-                                           ON CONFLICT (email) DO UPDATE SET renames = t.renames + 1',
-                                          e.data->>'email'))));
+                                           ON CONFLICT (stream) DO UPDATE SET renames = t.renames + 1',
+                                          e.stream))));
         ELSE
-            INSERT INTO proj.rename_tally AS t VALUES (e.data->>'email', 1)
-                ON CONFLICT (email) DO UPDATE SET renames = t.renames + 1;
+            INSERT INTO proj.rename_tally AS t VALUES (e.stream, 1)
+                ON CONFLICT (stream) DO UPDATE SET renames = t.renames + 1;
         END IF;
     END IF;
 END

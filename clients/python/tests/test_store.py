@@ -43,7 +43,10 @@ def test_errors_keep_the_sqlstate(store: esrc.EventStore, uid: str) -> None:
         store.append(s, NewEvent("esrc.erased", {}))
     assert e2.value.sqlstate == "22023"
     with pytest.raises(esrc.InvalidEventError, match="tags"):
-        store.append(s, NewEvent("Tagged", {}, tags=("course:1",)))
+        store.append(s, NewEvent("Tagged", {}, tags="course:1"))
+    with pytest.raises(esrc.InvalidEventError) as e3:
+        store.append(s, NewEvent("Tagged", {}, tags=("",)))
+    assert e3.value.sqlstate == "22023"
     assert store.stream_version(s) == 0
 
 

@@ -1,7 +1,8 @@
 """esrc: the Python client of esrc, event sourcing inside PostgreSQL.
 
 Event store (:class:`EventStore`, :class:`AsyncEventStore`), typed events
-with upcasters (:class:`EventTypes`), deciders run with retries on 40001
+with upcasters (:class:`EventTypes`), DCB queries and conditions
+(:class:`Query`, :class:`AppendCondition`), deciders run with retries on 40001
 (:class:`Decider`, :class:`CommandHandler`, :class:`AsyncCommandHandler`),
 subscription consumers and projections (:class:`Consumer`,
 :class:`AsyncConsumer`, :class:`Projection`).  See clients/python/README.md.
@@ -9,9 +10,11 @@ subscription consumers and projections (:class:`Consumer`,
 from ._version import __version__
 from .consumer import (AsyncConsumer, AsyncProjection, Consumer, ConsumerStats, Projection,
                        ensure_subscription, ensure_subscription_async)
+from .dcb import AppendCondition, Query, QueryItem
 from .decider import (AsyncCommandHandler, Backoff, CommandHandler, Decider, Outcome,
                       event_id)
-from .errors import (CancelledError, ConcurrencyError, ConnectionLostError, DecodeError,
+from .errors import (AppendConditionError, CancelledError, ConcurrencyError, ConnectionLostError,
+                     DecodeError,
                      DuplicateIdError, EsrcError, InvalidEventError, NotFoundError,
                      ObjectStateError, PermissionDeniedError, RetriesExhausted,
                      ServerVersionError)
@@ -24,10 +27,12 @@ __all__ = [
     "ANY", "NO_STREAM", "STREAM_EXISTS", "ERASED", "DELETED",
     "EventStore", "AsyncEventStore", "check_server_version",
     "EventTypes", "NewEvent", "RecordedEvent",
+    "Query", "QueryItem", "AppendCondition",
     "Decider", "CommandHandler", "AsyncCommandHandler", "Backoff", "Outcome", "event_id",
     "Consumer", "AsyncConsumer", "ConsumerStats", "Projection", "AsyncProjection",
     "ensure_subscription", "ensure_subscription_async",
-    "EsrcError", "ConcurrencyError", "RetriesExhausted", "ObjectStateError",
+    "EsrcError", "ConcurrencyError", "AppendConditionError", "RetriesExhausted",
+    "ObjectStateError",
     "InvalidEventError", "DuplicateIdError", "NotFoundError", "PermissionDeniedError",
     "CancelledError", "ConnectionLostError", "ServerVersionError", "DecodeError",
 ]

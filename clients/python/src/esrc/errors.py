@@ -40,6 +40,13 @@ class ConcurrencyError(EsrcError):
     of a subscription acknowledged first.  Load again and decide again."""
 
 
+class AppendConditionError(ConcurrencyError):
+    """40001 from :meth:`EventStore.append_if`: an event matching the
+    condition's query is stored after its ``after`` (nothing written; the
+    detail names the first conflicting positions).  Read again, decide
+    again."""
+
+
 class RetriesExhausted(ConcurrencyError):
     """A command handler met 40001 on every one of its attempts."""
 
@@ -106,6 +113,8 @@ def from_psycopg(e: psycopg.Error) -> EsrcError:
         cls = _BY_SQLSTATE.get(sqlstate or "", EsrcError)
     diag = e.diag
     message = diag.message_primary or str(e).strip() or type(e).__name__
+    if sqlstate == "40001" and message.startswith("condition of append"):
+        cls = AppendConditionError
     return cls(message, sqlstate=sqlstate, detail=diag.message_detail,
                hint=diag.message_hint)
 

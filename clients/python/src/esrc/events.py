@@ -42,10 +42,10 @@ class NewEvent:
     data: Any
     metadata: Mapping[str, Any] | None = None
     id: uuid.UUID | None = None
-    # DCB tags (consistency boundaries across streams) are being added to
-    # the extension; when esrc.append takes them they go here.  Until then
-    # an event with tags is refused rather than stored without them.
     tags: Sequence[str] = ()
+    """DCB tags (``course:c1``, ``student:s1``): what a query of
+    :meth:`EventStore.read_query` and the condition of
+    :meth:`EventStore.append_if` match, across streams (docs/dcb.md)."""
 
     def as_batch_item(self) -> dict[str, Any]:
         """The object ``esrc.append_batch`` takes for this event."""
@@ -54,6 +54,8 @@ class NewEvent:
             item["metadata"] = dict(self.metadata)
         if self.id is not None:
             item["id"] = str(self.id)
+        if self.tags:
+            item["tags"] = list(self.tags)
         return item
 
 
@@ -72,6 +74,8 @@ class RecordedEvent:
     id: uuid.UUID
     recorded_at: datetime.datetime
     event: Any = field(default=None, compare=False)
+    tags: tuple[str, ...] = ()
+    """The event's DCB tags, sorted (``()`` for an event without tags)."""
 
     @property
     def category(self) -> str:
@@ -239,13 +243,15 @@ class EventTypes:
             raise InvalidEventError("%s is not a registered event class" % cls.__name__) from None
 
     def encode(self, event: object, *, metadata: Mapping[str, Any] | None = None,
-               id: uuid.UUID | None = None) -> NewEvent:
+               id: uuid.UUID | None = None, tags: Sequence[str] = ()) -> NewEvent:
         """The :class:`NewEvent` for a registered dataclass instance (or a
-        :class:`NewEvent`, given ``metadata`` and ``id`` if it has none)."""
+        :class:`NewEvent`, given ``metadata``, ``id`` and ``tags`` if it has
+        none)."""
         if isinstance(event, NewEvent):
-            if (metadata is not None and event.metadata is None) or (id is not None and event.id is None):
+            if (metadata is not None and event.metadata is None) or (id is not None and event.id is None) \
+                    or (tags and not event.tags):
                 return dataclasses.replace(event, metadata=event.metadata if event.metadata is not None else metadata,
-                                           id=event.id or id)
+                                           id=event.id or id, tags=event.tags or tuple(tags))
             return event
         entry = self._by_class.get(type(event))
         if entry is None:
@@ -260,7 +266,7 @@ class EventTypes:
             data = _to_json(event)
         if entry.schema_version > 1:
             metadata = {**(metadata or {}), SCHEMA_KEY: entry.schema_version}
-        return NewEvent(entry.name, data, metadata, id)
+        return NewEvent(entry.name, data, metadata, id, tuple(tags))
 
     def decode(self, type_name: str, data: Any, metadata: Any) -> Any:
         """The registered class's instance for a stored event, upcast to
@@ -304,9 +310,9 @@ class EventTypes:
     def recorded(self, row: Sequence[Any]) -> RecordedEvent:
         """A :class:`RecordedEvent` from a row of ``esrc.event``'s columns,
         decoded unless it is a tombstone or redacted."""
-        position, stream, version, type_name, data, metadata, id_, recorded_at = row
+        position, stream, version, type_name, data, metadata, id_, recorded_at, tags = row
         decoded = None
         if type_name not in (ERASED, DELETED) and not (metadata is None and data == _ERASED_DATA):
             decoded = self.decode(type_name, data, metadata)
         return RecordedEvent(position, stream, version, type_name, data, metadata, id_, recorded_at,
-                             decoded)
+                             decoded, tuple(tags) if tags else ())

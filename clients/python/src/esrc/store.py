@@ -19,6 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ._version import SERVER_VERSION_SQL, __version__
+from .dcb import ConditionLike, QueryLike, condition_json, query_json
 from .errors import InvalidEventError, ServerVersionError, from_psycopg, translated
 from .events import EventTypes, NewEvent, RecordedEvent
 
@@ -29,9 +30,13 @@ STREAM_EXISTS = -2
 ANY = None
 """expected_version: any version."""
 
-COLUMNS = "position, stream, version, type, data, metadata, id, recorded_at"
+COLUMNS = "position, stream, version, type, data, metadata, id, recorded_at, tags"
 APPEND_SQL = "SELECT esrc.append(%s, %s, %s, %s, %s, %s)"
+APPEND_TAGGED_SQL = "SELECT esrc.append(%s, %s, %s, %s, %s, %s, %s::text[])"
 APPEND_BATCH_SQL = "SELECT esrc.append_batch(%s, %s, %s)"
+APPEND_IF_SQL = "SELECT esrc.append_if(%s, %s, %s, %s)"
+READ_QUERY_SQL = "SELECT " + COLUMNS + " FROM esrc.read_query(%s, %s, %s::integer, %s::bigint)"
+SAFE_POSITION_SQL = "SELECT esrc.safe_position()"
 READ_STREAM_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream(%s, %s::bigint, %s::integer)"
 # the whole stream: no NULL argument to type
 READ_WHOLE_STREAM_SQL = "SELECT " + COLUMNS + " FROM esrc.read_stream(%s)"
@@ -64,15 +69,30 @@ def check_server_version(server: str | None, client: str = __version__) -> None:
 
 
 def _check_tags(events: Sequence[NewEvent]) -> None:
-    if any(e.tags for e in events):
-        raise InvalidEventError(
-            "event tags need an esrc extension with tags (DCB), which this client does not use yet")
+    # a str is a Sequence[str]: "course:1" would be stored as 8 tags
+    if any(isinstance(e.tags, str) for e in events):
+        raise InvalidEventError("an event's tags must be a sequence of strings, not a string",
+                                hint="Write tags=[\"course:1\"], not tags=\"course:1\".")
+
+
+def _append_sql(e: NewEvent) -> str:
+    return APPEND_TAGGED_SQL if e.tags else APPEND_SQL
 
 
 def _append_params(stream: str, e: NewEvent, expected_version: int | None) -> tuple[Any, ...]:
-    return (stream, e.type, Jsonb(e.data),
-            Jsonb(dict(e.metadata)) if e.metadata is not None else None,
-            expected_version, e.id)
+    params: tuple[Any, ...] = (stream, e.type, Jsonb(e.data),
+                               Jsonb(dict(e.metadata)) if e.metadata is not None else None,
+                               expected_version, e.id)
+    return params + (list(e.tags),) if e.tags else params
+
+
+def _append_if_params(stream: str, events: Sequence[NewEvent], condition: ConditionLike,
+                      expected_version: int | None) -> tuple[Any, ...]:
+    _check_tags(events)
+    if not events:
+        raise InvalidEventError("no events to append")
+    return (stream, Jsonb([e.as_batch_item() for e in events]), Jsonb(condition_json(condition)),
+            expected_version)
 
 
 def _batch_params(stream: str, events: Sequence[NewEvent],
@@ -140,14 +160,16 @@ class EventStore:
     # appends
 
     def append(self, stream: str, event: object, *, expected_version: int | None = None,
-               metadata: Mapping[str, Any] | None = None, id: uuid.UUID | None = None) -> int:
+               metadata: Mapping[str, Any] | None = None, id: uuid.UUID | None = None,
+               tags: Sequence[str] = ()) -> int:
         """Append one event (a registered dataclass or a :class:`NewEvent`);
         the stream's new version.  ``expected_version``: ``None`` any,
         ``NO_STREAM`` (-1), ``STREAM_EXISTS`` (-2) or the last version;
         :class:`ConcurrencyError` (40001) when it does not match.  An ``id``
         already stored in the stream makes it a no-op returning that event's
-        version."""
-        return self.append_encoded(stream, [self.types.encode(event, metadata=metadata, id=id)],
+        version.  ``tags``: the event's DCB tags (a :class:`NewEvent`'s own
+        win)."""
+        return self.append_encoded(stream, [self.types.encode(event, metadata=metadata, id=id, tags=tags)],
                                    expected_version=expected_version)
 
     def append_batch(self, stream: str, events: Iterable[object], *,
@@ -164,12 +186,42 @@ class EventStore:
         ``esrc.append_batch`` for more."""
         _check_tags(events)
         if len(events) == 1:
-            return int(self._value(APPEND_SQL, _append_params(stream, events[0], expected_version)))
+            return int(self._value(_append_sql(events[0]), _append_params(stream, events[0], expected_version)))
         if not events:
             raise InvalidEventError("no events to append")
         return int(self._value(APPEND_BATCH_SQL, _batch_params(stream, events, expected_version)))
 
+    def append_if(self, stream: str, events: Iterable[object], condition: ConditionLike,
+                  expected_version: int | None = None, *,
+                  metadata: Mapping[str, Any] | None = None) -> int:
+        """``esrc.append_if``: append the events (registered dataclasses or
+        :class:`NewEvent` s, with their tags) atomically only if no event
+        matching ``condition.fail_if_events_match`` is stored after
+        ``condition.after``; the stream's new version.  Otherwise
+        :class:`ConcurrencyError` (40001, nothing written: read again,
+        decide again), as when ``expected_version`` does not match.
+        ``after`` above :meth:`safe_position` is refused
+        (:class:`InvalidEventError`)."""
+        encoded = [self.types.encode(e, metadata=metadata) for e in events]
+        return int(self._value(APPEND_IF_SQL, _append_if_params(stream, encoded, condition,
+                                                                expected_version)))
+
     # reads
+
+    def safe_position(self) -> int:
+        """``esrc.safe_position()``: the commit-safe horizon.  A decision
+        takes it first, reads up to it (``read_query(..., up_to=h)``) and
+        passes it as its condition's ``after``."""
+        return int(self._value(SAFE_POSITION_SQL, ()))
+
+    def read_query(self, query: QueryLike, after: int = 0, max_count: int | None = None,
+                   up_to: int | None = None) -> list[RecordedEvent]:
+        """``esrc.read_query``: the committed events matching ``query``
+        (a :class:`Query` or its JSON shape) with ``after < position <=
+        up_to`` (``None``: the horizon), in position order, at most
+        ``max_count`` (``None``: all)."""
+        return [self.types.recorded(r)
+                for r in self._rows(READ_QUERY_SQL, (Jsonb(query_json(query)), after, max_count, up_to))]
 
     def read_stream(self, stream: str, from_version: int = 0,
                     max_count: int | None = None) -> list[RecordedEvent]:
@@ -294,8 +346,10 @@ class AsyncEventStore:
                 yield
 
     async def append(self, stream: str, event: object, *, expected_version: int | None = None,
-                     metadata: Mapping[str, Any] | None = None, id: uuid.UUID | None = None) -> int:
-        return await self.append_encoded(stream, [self.types.encode(event, metadata=metadata, id=id)],
+                     metadata: Mapping[str, Any] | None = None, id: uuid.UUID | None = None,
+                     tags: Sequence[str] = ()) -> int:
+        return await self.append_encoded(stream, [self.types.encode(event, metadata=metadata, id=id,
+                                                                    tags=tags)],
                                          expected_version=expected_version)
 
     async def append_batch(self, stream: str, events: Iterable[object], *,
@@ -308,10 +362,27 @@ class AsyncEventStore:
                              expected_version: int | None = None) -> int:
         _check_tags(events)
         if len(events) == 1:
-            return int(await self._value(APPEND_SQL, _append_params(stream, events[0], expected_version)))
+            return int(await self._value(_append_sql(events[0]),
+                                         _append_params(stream, events[0], expected_version)))
         if not events:
             raise InvalidEventError("no events to append")
         return int(await self._value(APPEND_BATCH_SQL, _batch_params(stream, events, expected_version)))
+
+    async def append_if(self, stream: str, events: Iterable[object], condition: ConditionLike,
+                        expected_version: int | None = None, *,
+                        metadata: Mapping[str, Any] | None = None) -> int:
+        encoded = [self.types.encode(e, metadata=metadata) for e in events]
+        return int(await self._value(APPEND_IF_SQL, _append_if_params(stream, encoded, condition,
+                                                                      expected_version)))
+
+    async def safe_position(self) -> int:
+        return int(await self._value(SAFE_POSITION_SQL, ()))
+
+    async def read_query(self, query: QueryLike, after: int = 0, max_count: int | None = None,
+                         up_to: int | None = None) -> list[RecordedEvent]:
+        return [self.types.recorded(r)
+                for r in await self._rows(READ_QUERY_SQL, (Jsonb(query_json(query)), after, max_count,
+                                                           up_to))]
 
     async def read_stream(self, stream: str, from_version: int = 0,
                           max_count: int | None = None) -> list[RecordedEvent]:
