@@ -65,6 +65,10 @@
 #    "100ms 200"); the peak lag of the slowest projection (events, sampled
 #    every second, and seconds at the end of the burst), the time to catch
 #    up after the burst and the catch-up rate.
+# 6. cpu: at a fixed $BENCH_CPU_RATE (2000) appends/s for $BENCH_CPU_SECONDS
+#    (10) s, the projection worker's CPU time per 1,000 applied events
+#    (/proc/PID/stat), 3 per-event and 3 batch projections
+#    ($BENCH_CPU_VARIANTS): how levers are compared on a shared machine.
 # 4. batch_size 1, 100, 1000 ($BENCH_BATCH_SIZES) on the catch-up of the
 #    first $BENCH_BATCH_EVENTS (50,000) events' worth of a category of its
 #    own (1 worker, 1 partition).
