@@ -195,11 +195,12 @@ static const struct
 
 	/*
 	 * Read for the safe horizon (order.c, esrc_sequence_last_value: the
-	 * sequence functions lock a sequence in RowExclusiveLock).  DROP
-	 * EXTENSION reaches position_seq before esrc.events: a worker that
-	 * held events and locked the sequence only when its fetch read the
-	 * horizon deadlocked with it ("deadlock detected", the DROP or the
-	 * worker's batch cancelled).
+	 * sequence functions lock a sequence in RowExclusiveLock).  It is the
+	 * first relation of the install script, so DROP EXTENSION, which locks
+	 * the members in the order of pg_depend, holds it while it waits for
+	 * esrc.events: a worker that held events and locked the sequence only
+	 * when its fetch read the horizon deadlocked with it ("deadlock
+	 * detected", the DROP or the worker's batch cancelled).
 	 */
 	{"position_seq", RowExclusiveLock},
 };
