@@ -115,12 +115,14 @@ def test_course_capacity_under_concurrent_commands(dsn: str, uid: str) -> None:
     retried = []
     errors: list[BaseException] = []
     lock = threading.Lock()
+    round_ = threading.Barrier(8, timeout=60)   # 5 rounds of 8 commands started together
 
     def worker(k: int) -> None:
         try:
             with esrc.EventStore.connect(dsn, types=courses) as s:
                 h = DcbCommandHandler(s, course_decider, max_attempts=50)
                 for c in commands[k::8]:
+                    round_.wait()
                     try:
                         out = h.handle(course_query, c)
                     except CourseFull:
@@ -140,7 +142,6 @@ def test_course_capacity_under_concurrent_commands(dsn: str, uid: str) -> None:
     for t in threads:
         t.join(120)
     assert not errors, errors[:3]
-    assert len(accepted) == 12 and len(full) == 28
     # replay the log: never more than the capacity, each accepted command once
     with esrc.EventStore.connect(dsn, types=courses) as store:
         log = store.read_query(Query.of(*(QueryItem(tags=["course:" + n]) for n in names)))
@@ -158,6 +159,7 @@ def test_course_capacity_under_concurrent_commands(dsn: str, uid: str) -> None:
                 assert e.stream == "student-" + e.event.student
                 assert set(e.tags) == {"course:" + c, "student:" + e.event.student}
         assert all(len(s.students) == 4 for s in state.values())
+        assert len(accepted) == 12 and len(full) == 28
         assert seen == {esrc.event_id(cid, 0) for cid in accepted}
         for c in full:
             assert store.stream_version("student-" + c.student) == -1

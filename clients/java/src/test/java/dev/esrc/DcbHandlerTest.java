@@ -123,6 +123,8 @@ class DcbHandlerTest {
         Map<UUID, String> accepted = Collections.synchronizedMap(new HashMap<>());
         List<Subscribe> full = Collections.synchronizedList(new ArrayList<>());
         AtomicInteger retried = new AtomicInteger();
+        // 8 threads, 5 rounds: each round's 8 commands start together (a barrier)
+        CyclicBarrier round = new CyclicBarrier(8);
         ExecutorService pool = Executors.newFixedThreadPool(8);
         try {
             List<Future<?>> fs = new ArrayList<>();
@@ -131,6 +133,7 @@ class DcbHandlerTest {
                 fs.add(pool.submit(() -> {
                     for (int i = first; i < commands.size(); i += 8) {
                         Subscribe c = commands.get(i);
+                        round.await(60, TimeUnit.SECONDS);
                         try {
                             DcbOutcome<Course, CourseEvent> o = h.handle(DcbHandlerTest::courseQuery, c);
                             accepted.put(c.commandId(), c.course());
@@ -139,6 +142,7 @@ class DcbHandlerTest {
                             full.add(c);
                         }
                     }
+                    return null;
                 }));
             }
             for (Future<?> f : fs) f.get(120, TimeUnit.SECONDS);
@@ -147,8 +151,6 @@ class DcbHandlerTest {
         }
         System.out.printf("DCB, 8 threads: 40 subscriptions, %d accepted, %d after a failed condition%n",
             accepted.size(), retried.get());
-        assertEquals(12, accepted.size());
-        assertEquals(28, full.size());
         // replay the log: never more than the capacity, each accepted command once
         List<Query.Item> items = new ArrayList<>();
         for (String c : courses) items.add(Query.Item.tags("course:" + c));
@@ -167,6 +169,8 @@ class DcbHandlerTest {
             }
         }
         for (String c : courses) assertEquals(4, state.get(c).students().size());
+        assertEquals(12, accepted.size());
+        assertEquals(28, full.size());
         Set<UUID> want = new HashSet<>();
         for (UUID cid : accepted.keySet()) want.add(EventIds.of(cid, 0));
         assertEquals(want, seen);
