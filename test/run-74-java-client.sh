@@ -14,8 +14,8 @@
 #     interrupt: exactly once holds; at least once delivers again), two
 #     members of a group, a stop cancelling a waiting poll, projections
 #     with tombstones, given/when/then, the version against esrc.control;
-#     DCB deciders (DcbHandlerTest: course capacity under 8 threads checked
-#     by replaying the log, the loser of the last seat deciding again, a
+#     DCB deciders (DcbHandlerTest: course capacity under 8 threads and
+#     unique user names under 6, checked by replaying the log, the loser of the last seat deciding again, a
 #     retry after a lost commit, bounded retries);
 #   - mvn install puts dev.esrc:esrc-client into the suite's local Maven
 #     repository, and examples/java/client (the seed scenario on the

@@ -1,7 +1,8 @@
 """DCB deciders run by DcbCommandHandler (docs/dcb.md): the course capacity
-invariant under concurrent commands, checked by replaying the log; two
-decisions forced to read before either appends (the loser decides again);
-a command retried after a lost commit; bounded retries; asyncio."""
+and unique user name invariants under concurrent commands, checked by
+replaying the log; two decisions forced to read before either appends (the
+loser decides again); a command retried after a lost commit; bounded
+retries; asyncio."""
 from __future__ import annotations
 
 import asyncio
@@ -309,3 +310,74 @@ def test_asyncio_handler(dsn: str, uid: str) -> None:
     assert sum(isinstance(o, CourseFull) for o in out) == 1
     with esrc.EventStore.connect(dsn, types=courses) as store:
         assert len(store.read_query(Query.of(QueryItem(["StudentSubscribed"], ["course:" + course])))) == 2
+
+
+# unique user names across streams: a user registers in user-<id> under a
+# name that no other user holds; the decision reads the name's events
+
+@courses.register
+@dataclass(frozen=True)
+class NameClaimed:
+    user: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ClaimName:
+    user: str
+    name: str
+    command_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+class NameTaken(Exception):
+    pass
+
+
+def decide_name(c: ClaimName, holder: Optional[str]) -> list[NameClaimed]:
+    if holder is not None:
+        raise NameTaken(c.name)
+    return [NameClaimed(c.user, c.name)]
+
+
+names: DcbDecider[ClaimName, NameClaimed, Optional[str]] = DcbDecider(
+    lambda: None, lambda s, e: e.user, decide_name,
+    lambda c: "user-" + c.user, lambda e: ["username:" + e.name])
+
+
+def test_unique_user_names_under_concurrent_commands(dsn: str, uid: str) -> None:
+    """6 threads, 5 rounds started together, 30 users claiming one of 3
+    names: every name is held by exactly one user, in the log replayed."""
+    wanted = ["n%d%s" % (i, uid) for i in range(3)]
+    commands = [ClaimName("u%d%s" % (i, uid), wanted[i % 3]) for i in range(30)]
+    won: list[ClaimName] = []
+    errors: list[BaseException] = []
+    round_ = threading.Barrier(6, timeout=60)
+
+    def worker(k: int) -> None:
+        try:
+            with esrc.EventStore.connect(dsn, types=courses) as s:
+                h = DcbCommandHandler(s, names, max_attempts=50)
+                for c in commands[k::6]:
+                    round_.wait()
+                    try:
+                        h.handle(lambda c: Query.tagged("username:" + c.name), c)
+                        won.append(c)
+                    except NameTaken:
+                        pass
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:3]
+    with esrc.EventStore.connect(dsn, types=courses) as store:
+        log = store.read_query(Query.of(*(QueryItem(tags=["username:" + n]) for n in wanted)))
+        holders: dict[str, str] = {}
+        for e in log:
+            assert e.event.name not in holders, "%s claimed twice (position %d)" % (e.event.name, e.position)
+            holders[e.event.name] = e.event.user
+        assert sorted(holders) == sorted(wanted)
+        assert sorted(c.user for c in won) == sorted(holders.values())

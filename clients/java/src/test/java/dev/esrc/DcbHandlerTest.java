@@ -273,4 +273,65 @@ class DcbHandlerTest {
         assertEquals(3, attempts.get());
         assertEquals(-1, store.streamVersion("student-me" + u));
     }
+
+    // unique user names across streams: a user registers in user-<id> under a name no other
+    // user holds; the decision reads the name's events
+
+    record NameClaimed(String user, String name) {}
+
+    record ClaimName(UUID commandId, String user, String name) implements Command {}
+
+    static final class NameTaken extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+    }
+
+    @Test
+    void uniqueUserNamesHoldUnderConcurrentCommands() throws Exception {
+        EventStore st = new EventStore(ds, new EventTypes().register(NameClaimed.class));
+        DcbDecider<ClaimName, String, NameClaimed> names = DcbDecider.of(() -> null, (holder, e) -> e.user(),
+            (c, holder) -> {
+                if (holder != null) throw new NameTaken();
+                return List.of(new NameClaimed(c.user(), c.name()));
+            },
+            c -> "user-" + c.user(), e -> List.of("username:" + e.name()));
+        var h = new DcbCommandHandler<>(st, names, 50, Backoff.DEFAULT);
+        List<String> wanted = List.of("n0" + u, "n1" + u, "n2" + u);
+        List<ClaimName> commands = new ArrayList<>();
+        for (int i = 0; i < 30; i++) commands.add(new ClaimName(UUID.randomUUID(), "u" + i + u, wanted.get(i % 3)));
+        List<String> won = Collections.synchronizedList(new ArrayList<>());
+        CyclicBarrier round = new CyclicBarrier(6);   // 6 threads, 5 rounds started together
+        ExecutorService pool = Executors.newFixedThreadPool(6);
+        try {
+            List<Future<?>> fs = new ArrayList<>();
+            for (int k = 0; k < 6; k++) {
+                int first = k;
+                fs.add(pool.submit(() -> {
+                    for (int i = first; i < commands.size(); i += 6) {
+                        ClaimName c = commands.get(i);
+                        round.await(60, TimeUnit.SECONDS);
+                        try {
+                            h.handle(x -> Query.tagged("username:" + x.name()), c);
+                            won.add(c.user());
+                        } catch (NameTaken e) {
+                            // someone holds the name
+                        }
+                    }
+                    return null;
+                }));
+            }
+            for (Future<?> f : fs) f.get(120, TimeUnit.SECONDS);
+        } finally {
+            pool.shutdownNow();
+        }
+        List<Query.Item> items = new ArrayList<>();
+        for (String n : wanted) items.add(Query.Item.tags("username:" + n));
+        Map<String, String> holders = new HashMap<>();
+        for (RecordedEvent e : st.readQuery(new Query(items))) {
+            NameClaimed claim = e.as(NameClaimed.class);
+            assertTrue(holders.put(claim.name(), claim.user()) == null, claim.name() + " claimed twice at " + e.position());
+        }
+        assertEquals(Set.copyOf(wanted), holders.keySet());
+        assertEquals(Set.copyOf(holders.values()), Set.copyOf(won));
+        assertEquals(3, won.size());
+    }
 }
