@@ -19,7 +19,8 @@
 #   7. steps 1-5 in at_least_once mode, where the position lives in the
 #      replicated table: the worker writes the position record after
 #      delivery, and S's worker finds the divergence the same way (before
-#      0.3.0 it went on silently, re-using B's positions for C's events).
+#      0.3.0 it went on silently, re-using B's positions for C's events);
+#   8. with esrc.kafka_position_record = off it writes none (as 0.2.0).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ESRC_ROOT/test/forward/common.sh"
@@ -208,6 +209,20 @@ fwd_sql "SELECT esrc.append('warmup-2', 'Started', '{}')" >/dev/null
 fwd_wait_forwarded 60 || die "the forwarder did not start: $(fwd_status)"
 lagging_standby
 diverged_then_accepted " (at_least_once)"
+
+log "8. esrc.kafka_position_record = off: at_least_once writes no position record"
+s_last=$(fwd_sql "SELECT max(position) || ' ' || (array_agg(id ORDER BY position DESC))[1] FROM esrc.events")
+deadline=$((SECONDS + 20))
+until [ "$(last_position_record)" = "$s_last" ]; do
+    [ $SECONDS -lt $deadline ] || { log "FAIL - on: the position record follows the delivery"; status=1; break; }
+    sleep 0.1
+done
+fwd_sql "ALTER SYSTEM SET esrc.kafka_position_record = off" >/dev/null
+fwd_sql "SELECT pg_reload_conf()" >/dev/null
+append e 3
+fwd_wait_forwarded 60 || status=1
+expect "off: the events are forwarded, Kafka's last position record stays at $s_last" \
+    test "$(last_position_record)" = "$s_last"
 
 [ "$status" = 0 ] && log "PASS" || log "FAIL"
 exit "$status"
