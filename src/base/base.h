@@ -84,6 +84,7 @@ extern void esrc_metrics_append(int nevents, bool idempotent);
 extern void esrc_metrics_conflict(void);
 extern void esrc_metrics_forwarded(int records);
 extern void esrc_metrics_forwarder_error(void);
+extern uint64 esrc_metrics_events_now(void);
 
 /*
  * ownerctx.c: the owner context -- run code as an owner,

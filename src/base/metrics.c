@@ -174,6 +174,20 @@ my_database_slot(void)
 	return my_slot;
 }
 
+/*
+ * Events committed so far in this backend's database (the counter of
+ * esrc.metrics' esrc_events_total), read without a lock; 0
+ * without shared memory.  projpace.c reads it to tell whether appends are
+ * going on.
+ */
+uint64
+esrc_metrics_events_now(void)
+{
+	EsrcMetricsSlot *s = my_database_slot();
+
+	return s == NULL ? 0 : pg_atomic_read_u64(&s->counters[M_EVENTS]);
+}
+
 static void
 count_now(MetricCounter c, uint64 n)
 {

@@ -147,6 +147,7 @@ esrc_projection_init(void)
 							2, 0, 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	esrc_projection_pace_init();
 	esrc_projection_register_launcher();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = projection_object_access;

@@ -39,6 +39,12 @@ extern void esrc_projection_worker_attach(int slot, Oid *dbid, int *number);
 extern uint64 esrc_projection_wake_seq(void);
 extern void esrc_projection_worker_exit_idle(uint64 checked_seq);	/* does not return */
 
+/* projpace.c: naps of the workers under a burst of appends */
+extern int	esrc_projection_cost_delay_ms;
+extern int	esrc_projection_cost_limit;
+extern void esrc_projection_pace_init(void);
+extern void esrc_projection_pace(int n);
+
 /* projworker.c */
 extern PGDLLEXPORT void esrc_projection_worker_main(Datum arg);
 

@@ -42,6 +42,9 @@
  * the projection is paused with the reason (42501) in its partitions'
  * last_error, before any event is fetched.
  *
+ * With esrc.projection_cost_delay set, the worker naps between batches
+ * while events are being appended (projpace.c).
+ *
  * After a round that applied events, the worker waits
  * esrc.projection_batch_delay before the next, so that under load events
  * gather into batches instead of a transaction per commit.
@@ -156,6 +159,7 @@ typedef struct Narrowed
 static char member[ESRC_MAX_MEMBER_NAME + 1];
 static BatchAt batch_at;
 static Narrowed narrowed[MAX_NARROWED];
+static bool drained = false;	/* the last batch took every event there was */
 static EsrcSubKey *held_keys = NULL;	/* subscriptions we may hold leases of */
 static int	nheld_keys = 0;
 
@@ -774,6 +778,7 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	int			limit;
 
 	memset(&batch_at, 0, sizeof(batch_at));
+	drained = false;
 	begin_xact();
 	/* the owner must be allowed to read the log now, or it gets nothing */
 	if (!esrc_projection_owner_reads(pj->id, pj->name, pj->owner, pj->handler))
@@ -866,6 +871,8 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 			esrc_sub_advance(def, member, &b, b.fetched, b.covered);
 			add_applied(pj, np, a.counts);
 			end_xact();
+			/* fewer than asked: nothing more until a commit sets the latch */
+			drained = until == 0 && b.n < pj->batch_size && b.to_horizon;
 			return b.n;
 		}
 		esrc_sub_advance(def, member, &b, b.fetched, fpos - 1);
@@ -1019,6 +1026,9 @@ run_round(Proj *projs, int nprojs, TupleDesc desc, TupleTableSlot *slot,
 				break;
 			*applied += n;
 			pgstat_report_activity(STATE_IDLE, NULL);
+			esrc_projection_pace(n);	/* projpace.c: a nap under a burst */
+			if (drained)
+				break;			/* no empty batch to find that out */
 			if (b == BATCHES_PER_TURN - 1)
 				busy = true;
 		}

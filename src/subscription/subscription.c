@@ -731,12 +731,14 @@ esrc_sub_fetch(SubDef *def, const char *member, const bool *skip, int max_count,
 	bool		released;
 	bool	   *taken = palloc0(sizeof(bool) * np);
 	int64	   *from = palloc(sizeof(int64) * np);
+	int64		horizon;
 	int			i;
 
 	b->held = palloc(sizeof(int32) * np);
 	b->cps = palloc(sizeof(int64) * np);
 	b->fetched = palloc0(sizeof(bool) * np);
 	b->n = 0;
+	b->to_horizon = false;
 	b->lo = PG_INT64_MAX;
 	b->covered = -1;
 	b->nheld = esrc_lease_poll(&def->key, np, member, esrc_subscription_lease_ms,
@@ -765,8 +767,10 @@ esrc_sub_fetch(SubDef *def, const char *member, const bool *skip, int max_count,
 		esrc_lease_record(&def->key, member, b->nheld, b->held, b->cps, -1);
 		return;
 	}
-	b->n = scan_events(def, b->fetched, from, b->lo, subscription_horizon(def),
-					   max_count, ts, desc, &b->covered);
+	horizon = subscription_horizon(def);
+	b->n = scan_events(def, b->fetched, from, b->lo, horizon, max_count, ts, desc,
+					   &b->covered);
+	b->to_horizon = b->covered >= horizon;
 	esrc_lease_record(&def->key, member, b->nheld, b->held, b->cps, b->covered);
 }
 

@@ -41,6 +41,8 @@ extern void esrc_wait_shmem_init(void);
 extern void esrc_wait_register(const EsrcSubKey *sub, const uint64 *hashes,
 							   int nhashes, bool all);
 extern void esrc_wait_unregister(void);
+extern bool esrc_wait_suspend(void);
+extern void esrc_wait_resume(void);
 extern bool esrc_wait_sleep(long timeout_ms);
 extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 								  bool any);
@@ -170,6 +172,7 @@ typedef struct EsrcSubBatch
 	int64		lo;				/* lowest checkpoint of the fetched ones */
 	int64		covered;		/* every event up to here of the fetched ones is in ts */
 	int			n;				/* events put into ts */
+	bool		to_horizon;		/* covered reaches the horizon of the fetch */
 } EsrcSubBatch;
 
 extern SubDef *esrc_sub_lookup_id(int64 id, MemoryContext cxt);

@@ -151,6 +151,35 @@ esrc_wait_unregister(void)
 }
 
 /*
+ * Stop, and start again, the wake-ups of this backend's registration
+ * without forgetting what it waits for: a projection worker that naps
+ * under load (projpace.c) is not woken by every commit meanwhile.  After
+ * esrc_wait_resume the caller must check for events before it sleeps
+ * (a commit during the pause woke nobody).
+ */
+bool
+esrc_wait_suspend(void)
+{
+	if (!registered || registry == NULL)
+		return false;
+	pg_atomic_write_u32(&registry->entries[esrc_my_procno()].active, 0);
+	pg_atomic_fetch_sub_u32(&registry->nwaiting, 1);
+	registered = false;
+	return true;
+}
+
+void
+esrc_wait_resume(void)
+{
+	if (registered || registry == NULL)
+		return;
+	pg_atomic_write_u32(&registry->entries[esrc_my_procno()].active, 1);
+	registered = true;
+	/* full barrier: the caller's check reads the registry of appends */
+	pg_atomic_fetch_add_u32(&registry->nwaiting, 1);
+}
+
+/*
  * Sleep until the latch is set or timeout_ms pass; false on timeout.  The
  * caller resets the latch before each check (ResetLatch, then check, then
  * sleep), so that a wake-up between its check and its sleep is kept.
