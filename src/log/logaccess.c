@@ -48,7 +48,6 @@
 
 #include "miscadmin.h"
 #include "storage/proc.h"
-#include "storage/sinval.h"
 #include "catalog/pg_proc.h"
 #include "utils/acl.h"
 #include "utils/inval.h"
