@@ -20,7 +20,9 @@
  * position order, at most max_count; filters on types and metadata are
  * applied here.  With nothing to return it registers as waiting
  * (subwait.c) and sleeps on its latch until a commit that concerns it, or
- * a change of the group, or the end of the wait.  It writes the table
+ * a change of the group, or the end of the wait; after each sleep it checks
+ * the caller's rights again with fresh catalogs (recheck_rights), since a
+ * REVOKE may have committed meanwhile.  It writes the table
  * only when it returns nothing: then the checkpoints move past what it
  * scanned (events of its partitions that the filters dropped), so that an
  * idle or filtered partition does not fall behind.
@@ -341,7 +343,7 @@ static void
 recheck_rights(PollState *st)
 {
 	esrc_recheck_log_readable(GetUserId(),
-							  psprintf("The poll of subscription \"%s\" woke up to return events that arrived while it waited.",
+							  psprintf("The poll of subscription \"%s\" would return the events that arrived while it waited.",
 									   st->def->name));
 	check_consumer(st->def);
 	st->slept = false;
