@@ -55,7 +55,9 @@
 #        BENCH_BATCH=N: esrc.kafka_batch_size for the run (default: the
 #        setting's default).
 #        BENCH_THROUGHPUT=0: the latency part only; BENCH_LATENCY=0: the
-#        throughput part only.  Run it under flock -o /tmp/esrc-bench.lock
+#        throughput part only.  BENCH_ALO=1: also at_least_once throughput
+#        with and without esrc.kafka_position_record (three rounds of each,
+#        alternated, $BENCH_EVENTS events each).  Run it under flock -o /tmp/esrc-bench.lock
 #        (-o: the servers it starts must not inherit the lock).
 # Prints "name value" lines; nothing is asserted.
 set -euo pipefail
@@ -135,6 +137,58 @@ rawtx=$("$dir/fwdbench" raw "$FWD_BROKER" raw.transactional "$((last - start))" 
     sed -n 's/^raw_events_per_s //p')
 echo "raw_transactional_events_per_s $rawtx   (transactions of $batch records)"
 echo "forwarder_vs_raw $(awk -v f="$fwd_rate" -v r="$raw" 'BEGIN { printf "%.2f", f / r }')"
+fi
+
+# --- 1b. at_least_once throughput, with and without its position record ----
+# (esrc.kafka_position_record on/off), same run, same broker, alternated:
+# fill $BENCH_EVENTS events with the forwarder paused, resume, time it.
+fill() { # N
+    local r
+    for ((r = 0; r < $1 / 10000; r++)); do
+        fwd_sql "SELECT count(esrc.append_batch('bench-' || s,
+                     (SELECT jsonb_agg(jsonb_build_object('type', 'Tick',
+                              'data', jsonb_build_object('i', $r * 10 + i, 'pad', repeat('x', 70))))
+                      FROM generate_series(1, 10) i)))
+                 FROM generate_series(1, 1000) s" >/dev/null
+    done
+}
+alo_throughput() { # on|off
+    local last start t0 t1
+    fwd_sql "ALTER SYSTEM SET esrc.kafka_position_record = $1" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    # the reload reconnects: connected again (one event through) before
+    # the clock starts, so that only steady forwarding is timed
+    fwd_sql "SELECT esrc.append('warmup-1', 'Started', '{}')" >/dev/null
+    fwd_wait_forwarded 60 || die "not forwarding: $(fwd_status)"
+    fwd_sql "SELECT esrc.forwarder_pause()" >/dev/null
+    fill "$EVENTS"
+    fwd_sql "CHECKPOINT" >/dev/null
+    last=$(fwd_sql "SELECT max(position) FROM esrc.events")
+    start=$(fwd_sql "SELECT last_position FROM esrc.forwarder_worker_status()")
+    t0=$(date +%s%N)
+    fwd_sql "SELECT esrc.forwarder_resume()" >/dev/null
+    while [ "$(fwd_sql "SELECT last_position >= $last FROM esrc.forwarder_worker_status()")" != t ]; do
+        sleep 0.05
+    done
+    t1=$(date +%s%N)
+    echo "at_least_once_position_record_$1_events_per_s $(( (last - start) * 1000000000 / (t1 - t0) ))   ($((last - start)) events, $(( (t1 - t0) / 1000000 )) ms)"
+}
+if [ "${BENCH_ALO:-0}" = 1 ]; then
+    fwd_sql "ALTER SYSTEM SET esrc.delivery = at_least_once" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    "$dir/fwdbench" raw "$FWD_BROKER" raw.warmup 300000 100 >/dev/null
+    for round in 1 2 3; do
+        if [ $((round % 2)) = 1 ]; then
+            alo_throughput on
+            alo_throughput off
+        else
+            alo_throughput off
+            alo_throughput on
+        fi
+    done
+    fwd_sql "ALTER SYSTEM RESET esrc.kafka_position_record" >/dev/null
+    fwd_sql "ALTER SYSTEM RESET esrc.delivery" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
 fi
 
 # --- 2. latency -----------------------------------------------------------

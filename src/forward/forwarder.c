@@ -27,9 +27,11 @@
  *
  * Failover: a batch goes out only once the standbys of
  * esrc.forwarder_standbys have flushed the WAL of its commits
- * (fwdstandby.c), and after each connect in exactly_once mode nothing is
- * sent before Kafka's position record has been checked against the log
- * (fwddiverge.c: state "diverged" until the operator decides).
+ * (fwdstandby.c), and after each connect, in both modes, nothing is sent
+ * before Kafka's position record has been checked against the log
+ * (fwddiverge.c: state "diverged" until the operator decides).  In
+ * at_least_once mode kafka.c writes that record after each delivery, so
+ * the start is the larger of the record and the table there too.
  *
  * Invariants: positions are sent in increasing order and the position
  * only advances over events that Kafka has (or that an operator skipped
@@ -109,7 +111,7 @@ static int64 poison_position = 0;	/* 0 = none */
 
 /*
  * Kafka's position record, to check against the log before anything is
- * sent (fwddiverge.c): set at each connect in exactly_once mode.
+ * sent (fwddiverge.c): set at each connect, in both modes.
  */
 static bool divergence_pending = false;
 static int64 kafka_record_position = 0;
@@ -135,6 +137,7 @@ copy_config(void)
 	fwd_cfg.offsets_topic = pstrdup(esrc_kafka_offsets_topic);
 	fwd_cfg.topic = pstrdup(esrc_kafka_topic_template);
 	fwd_cfg.exactly_once = (esrc_delivery == DELIVERY_EXACTLY_ONCE);
+	fwd_cfg.position_record = esrc_kafka_position_record;
 	MemoryContextSwitchTo(old);
 
 	{
@@ -177,7 +180,8 @@ reload_config(void)
 	kafka_changed = strcmp(fwd_cfg.brokers, esrc_kafka_brokers) != 0 ||
 		strcmp(fwd_cfg.properties, esrc_kafka_properties) != 0 ||
 		strcmp(fwd_cfg.offsets_topic, esrc_kafka_offsets_topic) != 0 ||
-		fwd_cfg.exactly_once != (esrc_delivery == DELIVERY_EXACTLY_ONCE);
+		fwd_cfg.exactly_once != (esrc_delivery == DELIVERY_EXACTLY_ONCE) ||
+		fwd_cfg.position_record != esrc_kafka_position_record;
 	if (kafka_changed || strcmp(fwd_cfg.topic, esrc_kafka_topic_template) != 0)
 	{
 		copy_config();
@@ -291,6 +295,7 @@ connect_kafka(void)
 	s.brokers = fwd_cfg.brokers;
 	s.properties = fwd_cfg.properties;
 	s.exactly_once = fwd_cfg.exactly_once;
+	s.position_record = fwd_cfg.position_record;
 	s.client_id = client_id;
 	s.offsets_topic = fwd_cfg.offsets_topic;
 	s.database = fwd_served_database;
@@ -320,7 +325,7 @@ connect_kafka(void)
 
 	/*
 	 * None of the three is ever ahead of what Kafka has: the offsets topic
-	 * (exactly_once), the table (written after a commit or a delivery) and
+	 * (a transaction's or, at_least_once, written after delivery), the table (written after a commit or a delivery) and
 	 * our own position (advanced after one).  After a failed commit Kafka
 	 * may have more than we know; after a switch of mode the table or our
 	 * position may be ahead of an old position record.
@@ -330,7 +335,7 @@ connect_kafka(void)
 		fwd_mirror_dirty = true;
 	/* before anything is sent: does the log have what Kafka says it has? */
 	kafka_record_position = kafka_position;
-	divergence_pending = fwd_cfg.exactly_once && kafka_position > 0;
+	divergence_pending = kafka_position > 0;	/* both modes */
 	fwd_publish_progress(fwd_position, 0);
 	backoff_ms = 0;
 	ereport(LOG,

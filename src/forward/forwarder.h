@@ -69,6 +69,7 @@ extern char *esrc_kafka_offsets_topic;
 extern char *esrc_kafka_properties;
 extern int	esrc_kafka_batch_size;
 extern int	esrc_delivery;
+extern bool esrc_kafka_position_record;
 extern char *esrc_forwarder_standbys;	/* fwdstandby.c */
 
 /*
@@ -165,6 +166,7 @@ typedef struct FwdConfig
 	char	   *offsets_topic;
 	char	   *topic;
 	bool		exactly_once;
+	bool		position_record;	/* esrc.kafka_position_record */
 } FwdConfig;
 
 /*

@@ -53,6 +53,7 @@ char *esrc_kafka_offsets_topic = NULL;
 char *esrc_kafka_properties = NULL;
 int	esrc_kafka_batch_size = 10000;
 int	esrc_delivery = DELIVERY_EXACTLY_ONCE;
+bool		esrc_kafka_position_record = true;
 
 /* ----------------------------------------------------------------
  * GUCs
@@ -610,7 +611,7 @@ esrc_forwarder_init(void)
 							   PGC_SIGHUP, 0,
 							   check_topic_template, NULL, NULL);
 	DefineCustomStringVariable("esrc.kafka_offsets_topic",
-							   "Compacted Kafka topic where exactly_once mode commits the forwarding position.",
+							   "Compacted Kafka topic of the forwarding position: committed with the records in exactly_once mode, written after delivery in at_least_once mode.",
 							   NULL,
 							   &esrc_kafka_offsets_topic,
 							   "esrc.offsets",
@@ -638,6 +639,14 @@ esrc_forwarder_init(void)
 							 &esrc_delivery,
 							 DELIVERY_EXACTLY_ONCE,
 							 delivery_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("esrc.kafka_position_record",
+							 "In at_least_once mode, writes the position record to esrc.kafka_offsets_topic after each delivery and checks it against the log at connect (divergence after a failover).",
+							 "exactly_once mode always does. Off: at_least_once mode neither writes nor reads the offsets topic, and a divergence goes unnoticed.",
+							 &esrc_kafka_position_record,
+							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 

@@ -6,8 +6,8 @@
  *	  esrc.forwarder_divergences, and applying the operator's decision
  *	  (esrc.forwarder_accept_divergence, src/sql/20_forwarder.sql).
  *
- * In exactly_once mode the worker continues after the position N of
- * Kafka's last position record (kafkapos.c).  That is only right if the
+ * The worker continues after the position N of Kafka's last position
+ * record (kafkapos.c) or later.  That is only right if the
  * log holds, at N, the event Kafka has there.  A server promoted from a
  * standby that lagged (asynchronous replication) may have lost events
  * that Kafka already has, and handed out their positions again: its log
@@ -35,6 +35,32 @@
  *    all that can be checked.
  * A decision applies to the divergence it was made for: the row's Kafka
  * position and id must be the record's.
+ *
+ * At least once (0.3.0 on): the position lives in esrc.forwarder_state,
+ * which a standby replicates, so a promoted standby would resume from
+ * its own (older) copy and hand positions Kafka already has to other
+ * events, which consumers that deduplicate by position then drop.  So
+ * kafka.c writes the same position record in that mode too, outside any
+ * transaction, after the delivery reports of the batch are in, and the
+ * same check runs at connect.  Chosen over reading the tail of the data
+ * topics: that needs every topic of every category (the template may
+ * put a category in a topic of its own, topics may be shared with other
+ * producers, and a partition's last record is not the highest position
+ * across partitions), a consumer per connect over an unbounded set of
+ * partitions, and still only sees what is not yet compacted or deleted;
+ * the record is one small write per batch on a producer that is already
+ * there (bench/forward: at_least_once with and without it).  What it
+ * costs the check: the record is never ahead of Kafka but may be behind
+ * it, by the batch whose delivery came in just before the worker or its
+ * server stopped (or whose record was not queued).  The check then looks
+ * at a position N that Kafka has, and is right about it; a lost stretch
+ * of the log that lies wholly above N (Kafka has M > N, the new log
+ * lacks or replaced only positions in (N, M]) is not seen, and those
+ * positions are sent again with the new log's events, as at_least_once
+ * re-sends after any crash.  Asynchronous replication loses the tail of
+ * the log written during the standby's lag, which reaches back below N
+ * unless the lag was shorter than one batch's delivery.
+ * esrc.forwarder_standbys is the setting that rules it out.
  *
  * Talks to: forwarder.c (after connect), fwdread.c (fwd_xact_begin: the
  * transaction as the extension's owner), fwdstatus.c (the status),

@@ -415,32 +415,6 @@ init_transactions(EsrcKafka *k, char *err, size_t errlen)
 	return ESRC_KAFKA_OK;
 }
 
-/* The offsets topic's handles; create the topic if it does not exist. */
-static EsrcKafkaStatus
-open_offsets_topic(EsrcKafka *k, const char *offsets_topic, char *err, size_t errlen)
-{
-	EsrcKafkaStatus status;
-	int			partitions;
-	bool		missing;
-	int			i;
-
-	for (i = 0; i < k->nrk; i++)
-		k->offsets_rkts[i] = rd_kafka_topic_new(k->rks[i], offsets_topic, NULL);
-	status = kafka_topic_metadata(k, k->rks[0], k->offsets_rkts[0], offsets_topic,
-								  &partitions, &missing, err, errlen);
-	if (status == ESRC_KAFKA_POISON && missing)
-	{
-		status = kafka_create_topic(k, offsets_topic, 1, true, err, errlen);
-		if (status == ESRC_KAFKA_OK)
-			ereport(LOG,
-					(errmsg("esrc forwarder: created compacted Kafka topic \"%s\" for the forwarding position",
-							offsets_topic)));
-	}
-	if (status == ESRC_KAFKA_POISON)
-		status = ESRC_KAFKA_FATAL;
-	return status;
-}
-
 /*
  * Exactly once: fence, make sure of the offsets topic, read the position
  * into *position, and begin the first transaction of each producer.
@@ -454,7 +428,7 @@ connect_transactional(EsrcKafka *k, const EsrcKafkaSettings *s, int64 *position,
 
 	status = init_transactions(k, err, errlen);
 	if (status == ESRC_KAFKA_OK)
-		status = open_offsets_topic(k, s->offsets_topic, err, errlen);
+		status = kafka_open_offsets_topic(k, s->offsets_topic, err, errlen);
 	if (status == ESRC_KAFKA_OK)
 		status = kafka_read_position(k, s->offsets_topic, position, position_id,
 									 err, errlen);
@@ -497,8 +471,10 @@ check_reachable(EsrcKafka *k, const char *brokers, char *err, size_t errlen)
  * (fencing earlier incarnations) and read the last committed position
  * from the offsets topic into *position and the id of the event there
  * into position_id (ESRC_KAFKA_ID_LEN bytes; "" when the record has none,
- * as 0.2.0 wrote them); both unchanged in at-least-once mode.  NULL with *status and err set on failure.  May ereport(FATAL)
- * on SIGTERM.
+ * as 0.2.0 wrote them).  In at-least-once mode, check that Kafka answers
+ * and read the same (kafkapos.c writes the record there after delivery).
+ * NULL with *status and err set on failure.  May ereport(FATAL) on
+ * SIGTERM.
  */
 EsrcKafka *
 esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_id,
@@ -519,7 +495,15 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_i
 		if (s->exactly_once)
 			*status = connect_transactional(k, s, position, position_id, err, errlen);
 		else
+		{
+			/* the last position record (kafkapos.c), for the divergence check */
 			*status = check_reachable(k, s->brokers, err, errlen);
+			if (*status == ESRC_KAFKA_OK && s->position_record)
+				*status = kafka_open_offsets_topic(k, s->offsets_topic, err, errlen);
+			if (*status == ESRC_KAFKA_OK)
+				*status = kafka_read_position(k, s->offsets_topic, position,
+											  position_id, err, errlen);
+		}
 	}
 	if (*status != ESRC_KAFKA_OK)
 	{
@@ -1072,6 +1056,8 @@ finish_idempotent(EsrcKafka *k, TxnSlot *slot, int p, int *ndone,
 		if (!recs[i].skip && !recs[i].acked)
 			break;
 	*ndone = i;
+	if (i > 0)					/* delivered: the position record may follow */
+		kafka_position_delivered(k, p, recs[i - 1].position, recs[i - 1].id);
 	if (i == slot->nrecs)
 		return ESRC_KAFKA_OK;
 	if (i == slot->nprod && slot->nprod < slot->nrecs)

@@ -46,9 +46,10 @@ typedef struct EsrcKafkaSettings
 	const char *brokers;		/* bootstrap.servers */
 	const char *properties;		/* esrc.kafka_properties (secret) */
 	bool		exactly_once;
+	bool		position_record;	/* at least once: write and read it too */
 	const char *client_id;		/* the forwarder's identity: transactional.id
 								 * and key of its position record */
-	const char *offsets_topic;	/* exactly once: compacted position topic */
+	const char *offsets_topic;	/* compacted position topic */
 	const char *database;		/* for the position record's value */
 	const char *log_id;			/* ditto */
 	const char *source;			/* ce_source header of every record */

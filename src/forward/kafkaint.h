@@ -164,5 +164,9 @@ extern EsrcKafkaStatus kafka_read_position(EsrcKafka *k, const char *offsets_top
 extern rd_kafka_resp_err_t kafka_produce_position(EsrcKafka *k, int p, int64 position,
 												  const char *id);
 extern void kafka_position_shutdown(void);
+extern EsrcKafkaStatus kafka_open_offsets_topic(EsrcKafka *k, const char *offsets_topic,
+												char *err, size_t errlen);
+extern void kafka_position_delivered(EsrcKafka *k, int p, int64 position,
+									 const char *id);
 
 #endif							/* ESRC_KAFKAINT_H */

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * kafkapos.c
- *	  The position record of exactly-once mode: its value, producing it,
- *	  and reading the last one back from the offsets topic at connect.
+ *	  The position record: its value, producing it (in a Kafka transaction
+ *	  in exactly-once mode, after delivery in at-least-once mode), and
+ *	  reading the last one back from the offsets topic at connect.
  *
  * The position record (key = the forwarder's client id, value =
  * {"log_id":..,"database":..,"position":N,"id":"<uuid>"}, real JSON, read
@@ -18,6 +19,14 @@
  * top-level members "position" and "id" count; a record without exactly
  * one integer "position" is ignored; one without a top-level string "id"
  * of uuid length (0.2.0 wrote none) is read with an id of "".
+ *
+ * At least once (0.3.0 on): the same record, under the same key, goes to
+ * the same topic (and so, by the key, to the same partition) outside any
+ * transaction, once the delivery reports of the records up to N are in
+ * (kafka_position_delivered).  It costs one small record per batch and
+ * nothing on the batch's path; it may lag what Kafka has (a worker that
+ * stops between a delivery and its record), never lead it.  The choice
+ * against reading the tail of the data topics is in fwddiverge.c.
  *
  * Exit: the consumer is known to esrc_kafka_shutdown() (through
  * kafka_position_shutdown) from the moment it exists, so a SIGTERM in any
@@ -323,7 +332,7 @@ partition_eof(PositionRead *pr, rd_kafka_message_t *m)
 }
 
 /*
- * Exactly once: read the offsets topic with a read_committed consumer up
+ * Read the offsets topic with a read_committed consumer up
  * to its end and return the last position recorded under our client id
  * (0 when there is none), and the id of the event there into position_id
  * (ESRC_KAFKA_ID_LEN bytes, "" when there is none).  "The end" must include every transaction that
@@ -425,7 +434,7 @@ kafka_read_position(EsrcKafka *k, const char *offsets_topic, int64 *position,
 }
 
 /*
- * The position record of exactly-once mode, on producer p: up to position,
+ * A position record, on producer p: up to position,
  * whose event has the id id (a uuid's text: no character to escape).
  */
 rd_kafka_resp_err_t
@@ -448,3 +457,55 @@ kafka_produce_position(EsrcKafka *k, int p, int64 position, const char *id)
 	return e;
 }
 
+/*
+ * The offsets topic's handles, one per producer; create the topic if it
+ * does not exist.  Both modes (the position record is written in both).
+ */
+EsrcKafkaStatus
+kafka_open_offsets_topic(EsrcKafka *k, const char *offsets_topic, char *err, size_t errlen)
+{
+	EsrcKafkaStatus status;
+	int			partitions;
+	bool		missing;
+	int			i;
+
+	for (i = 0; i < k->nrk; i++)
+		k->offsets_rkts[i] = rd_kafka_topic_new(k->rks[i], offsets_topic, NULL);
+	status = kafka_topic_metadata(k, k->rks[0], k->offsets_rkts[0], offsets_topic,
+								  &partitions, &missing, err, errlen);
+	if (status == ESRC_KAFKA_POISON && missing)
+	{
+		status = kafka_create_topic(k, offsets_topic, 1, true, err, errlen);
+		if (status == ESRC_KAFKA_OK)
+			ereport(LOG,
+					(errmsg("esrc forwarder: created compacted Kafka topic \"%s\" for the forwarding position",
+							offsets_topic)));
+	}
+	if (status == ESRC_KAFKA_POISON)
+		status = ESRC_KAFKA_FATAL;
+	return status;
+}
+
+/*
+ * At least once: the records up to position, whose event has the id id,
+ * are delivered (their delivery reports are in); write the position
+ * record, outside any transaction, on producer p.  Nothing waits for it:
+ * its delivery report comes with the next batch's (or while idle,
+ * esrc_kafka_poll) and is ignored, since the slot's generation has moved
+ * on.  A record that is lost or not yet delivered leaves the last one in
+ * Kafka behind what Kafka has, never ahead (fwddiverge.c says what that
+ * means for the check).
+ */
+void
+kafka_position_delivered(EsrcKafka *k, int p, int64 position, const char *id)
+{
+	rd_kafka_resp_err_t e;
+
+	if (k->offsets_rkts[p] == NULL)
+		return;
+	e = kafka_produce_position(k, p, position, id);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		ereport(DEBUG1,
+				(errmsg("esrc forwarder: the position record after position " INT64_FORMAT " was not queued: %s",
+						position, rd_kafka_err2str(e))));
+}
