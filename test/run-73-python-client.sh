@@ -6,7 +6,9 @@
 #   - pytest (clients/python/tests): the store API (appends, reads, ids,
 #     SQLSTATEs, erased streams, encryption), tags, read_query and
 #     append_if (two concurrent decisions on one condition: exactly one
-#     is stored), the seed scenario with three
+#     is stored), DcbCommandHandler (course capacity under 8 threads and
+#     unique user names under 6, the log replayed; the last seat decided again; a retry after a lost
+#     commit; bounded retries; asyncio), the seed scenario with three
 #     threads and three asyncio tasks (versions 1, 2, 3), from the events
 #     and from a snapshot table, idempotent command ids, bounded retries,
 #     16 workers whose invariant (no negative balance, every accepted

@@ -14,6 +14,13 @@
 #     interrupt: exactly once holds; at least once delivers again), two
 #     members of a group, a stop cancelling a waiting poll, projections
 #     with tombstones, given/when/then, the version against esrc.control;
+#     DCB deciders (DcbHandlerTest: course capacity under 8 threads and
+#     unique user names under 6, checked by replaying the log, the loser of the last seat deciding again, a
+#     retry after a lost commit, bounded retries);
+#   - mvn install puts dev.esrc:esrc-client into the suite's local Maven
+#     repository, and examples/java/client (the seed scenario on the
+#     client: RegisterUser with the e-mail encrypted, three concurrent
+#     renames at versions 1, 2, 3) builds against it and runs;
 #   - every test must have run: a skipped test fails the driver (the tests
 #     skip themselves only when run by hand without ESRC_TEST_URL; the
 #     driver sets ESRC_TEST_REQUIRE, which makes a missing URL an error).
@@ -37,7 +44,9 @@ mkdir -p "$cache"
 mvn_args=(-B -Dstyle.color=never -Dmaven.repo.local="$ESRC_CACHE/m2" -Desrc.build.dir="$cache/target"
           -f "$ESRC_ROOT/clients/java/pom.xml")
 # offline once a run has fetched everything for this pom
-stamp="$cache/m2-$(md5sum "$ESRC_ROOT/clients/java/pom.xml" | cut -c1-10).complete"
+# (the example's pom and the install step count: they need plugins of their own)
+stamp="$cache/m2-$(cat "$ESRC_ROOT/clients/java/pom.xml" "$ESRC_ROOT/examples/java/client/pom.xml" \
+    | md5sum | cut -c1-10)-install.complete"
 [ -f "$stamp" ] && mvn_args+=(-o)
 
 dir=$(test_tmpdir javaclient)
@@ -51,16 +60,15 @@ pg_start "$dir" "$port"
 psql "host=127.0.0.1 port=$port user=postgres dbname=postgres" -qAtX -v ON_ERROR_STOP=1 \
     -c "CREATE EXTENSION esrc" >/dev/null
 
-log "mvn test (clients/java)"
+url="jdbc:postgresql://127.0.0.1:$port/postgres?user=postgres"
+log "mvn install (clients/java: its tests, then the jar into the suite's local repository)"
 rc=0
-ESRC_TEST_REQUIRE=1 ESRC_TEST_URL="jdbc:postgresql://127.0.0.1:$port/postgres?user=postgres" \
-    mvn "${mvn_args[@]}" test >"$dir/mvn.log" 2>&1 || rc=$?
+ESRC_TEST_REQUIRE=1 ESRC_TEST_URL="$url" mvn "${mvn_args[@]}" install >"$dir/mvn.log" 2>&1 || rc=$?
 grep -E '^\[(INFO|WARNING|ERROR)\] Tests run:|FAIL|BUILD' "$dir/mvn.log" >&2 || true
 if [ $rc != 0 ]; then
     grep -vE '^\s+at (org\.apache|org\.junit|java\.base|jdk\.internal|org\.codehaus)' "$dir/mvn.log" | tail -80 >&2
     die "mvn test failed (clients/java)"
 fi
-touch "$stamp"
 summary=$(grep -E '^\[(INFO|WARNING|ERROR)\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+$' "$dir/mvn.log" | tail -1)
 [ -n "$summary" ] || die "no Surefire summary in the mvn output"
 total=$(sed -E 's/.*Tests run: ([0-9]+),.*/\1/' <<<"$summary")
@@ -70,4 +78,21 @@ skipped=$(sed -E 's/.*Skipped: ([0-9]+)$/\1/' <<<"$summary")
 pom_version=$(sed -n 's|^  <version>\(.*\)</version>$|\1|p' "$ESRC_ROOT/clients/java/pom.xml" | head -1)
 control_version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$ESRC_ROOT/esrc.control")
 [ "$pom_version" = "$control_version" ] || die "clients/java/pom.xml has version $pom_version, esrc.control $control_version"
-log "ok - the Java client ($total JUnit tests)"
+
+log "examples/java/client: the seed scenario on the installed client"
+ESRC_M2="$ESRC_CACHE/m2" bash "$ESRC_ROOT/examples/java/client/run.sh" "$url" >"$dir/example.out" 2>&1 \
+    || { cat "$dir/example.out" >&2; die "examples/java/client failed"; }
+cat "$dir/example.out" >&2
+grep -q '^three concurrent renames: versions \[1, 2, 3\]' "$dir/example.out" \
+    || die "examples/java/client: the three renames did not end at versions 1, 2, 3"
+tail -1 "$dir/example.out" | grep -qx ok || die "examples/java/client did not print ok"
+stream=$(sed -n 's/^registered \(user-[0-9a-f-]\{36\}\)$/\1/p' "$dir/example.out")
+[ -n "$stream" ] || die "examples/java/client did not print the stream it registered"
+[ "$(psql "host=127.0.0.1 port=$port user=postgres dbname=postgres" -qAtX -v ON_ERROR_STOP=1 -c "
+    SELECT string_agg(type || ' ' || CASE WHEN data->>'email' LIKE 'esrc:v1:%' THEN 'sealed'
+                                         ELSE coalesce(data->>'email', '-') END, ',' ORDER BY version)
+      FROM esrc.events WHERE stream = '$stream'")" = \
+  "UserRegistered sealed,UserNameChanged -,UserNameChanged -,UserNameChanged -" ] \
+    || die "examples/java/client: $stream does not hold the registration with a sealed e-mail and three renames"
+touch "$stamp"
+log "ok - the Java client ($total JUnit tests) and examples/java/client"

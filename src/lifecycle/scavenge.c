@@ -586,7 +586,7 @@ esrc_scavenge_worker_slice(void)
 						   "events hidden by stream rules (esrc.scavenge_interval)", &res);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
-		pgstat_report_activity(STATE_IDLE, NULL);
+		pgstat_report_activity(STATE_IDLE, "");
 	}
 	PG_CATCH();
 	{
@@ -602,7 +602,7 @@ esrc_scavenge_worker_slice(void)
 				 errmsg("esrc scavenger: slice rolled back: %s", edata->message),
 				 errhint("The next slice, after esrc.scavenge_interval, tries again.")));
 		FreeErrorData(edata);
-		pgstat_report_activity(STATE_IDLE, NULL);
+		pgstat_report_activity(STATE_IDLE, "");
 		return;
 	}
 	PG_END_TRY();

@@ -227,7 +227,9 @@ extern Snapshot esrc_caller_snapshot(void);
  * the table or on all its columns, and no row-level security applying to
  * it)?  Checked wherever events reach a role's code or tables; cached per
  * transaction.  esrc_check_log_readable raises 42501, why being the first
- * sentence of its detail.
+ * sentence of its detail; esrc_recheck_log_readable does the same with
+ * the changes committed since (fresh catalogs), for a statement that
+ * slept inside its transaction.
  */
 typedef enum EsrcLogAccess
 {
@@ -239,6 +241,7 @@ extern EsrcLogAccess esrc_log_access(Oid role);
 extern char *esrc_log_access_problem(Oid role, EsrcLogAccess access);
 extern char *esrc_log_access_fix(Oid role, EsrcLogAccess access);
 extern void esrc_check_log_readable(Oid role, const char *why);
+extern void esrc_recheck_log_readable(Oid role, const char *why);
 extern Oid	esrc_function_runs_as(Oid funcoid, Oid caller);
 
 /*

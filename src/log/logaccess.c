@@ -30,6 +30,15 @@
  * of a membership, so a change made earlier in the same transaction is
  * seen.  A new transaction always asks the catalogs again.
  *
+ * A statement that waits inside its transaction (esrc.poll with a wait,
+ * which sleeps on its latch) asks again with esrc_recheck_log_readable
+ * each time it wakes: it takes the invalidations committed meanwhile and
+ * a fresh catalog snapshot, so that a REVOKE, a lost membership or a
+ * BYPASSRLS taken away that committed during its sleep is seen before it
+ * hands on events that arrived after it.  The invalidation callbacks
+ * would drop the cache then anyway; the recheck does not count on any
+ * other code having taken the invalidations.
+ *
  * Talks to: esrc.c (esrc_relation_oid), compat.h (the local transaction
  * id across majors).
  *
@@ -43,6 +52,7 @@
 #include "utils/acl.h"
 #include "utils/inval.h"
 #include "utils/rls.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "base/base.h"
@@ -178,6 +188,16 @@ esrc_log_access_fix(Oid role, EsrcLogAccess access)
 	return psprintf("Grant esrc_reader (or SELECT on esrc.events) to role \"%s\".", name);
 }
 
+static void
+refuse(Oid role, EsrcLogAccess access, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("role \"%s\" may not read esrc.events", role_name(role)),
+			 errdetail("%s %s", why, esrc_log_access_problem(role, access)),
+			 errhint("%s", esrc_log_access_fix(role, access))));
+}
+
 /*
  * Refuse (42501) unless role may read every event of esrc.events now.
  * why is the first sentence of the detail: who would get the events.
@@ -187,11 +207,21 @@ esrc_check_log_readable(Oid role, const char *why)
 {
 	EsrcLogAccess access = esrc_log_access(role);
 
-	if (access == ESRC_LOG_READABLE)
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("role \"%s\" may not read esrc.events", role_name(role)),
-			 errdetail("%s %s", why, esrc_log_access_problem(role, access)),
-			 errhint("%s", esrc_log_access_fix(role, access))));
+	if (access != ESRC_LOG_READABLE)
+		refuse(role, access, why);
+}
+
+/*
+ * The same, asked of the catalogs as they are now, not as the transaction
+ * last saw them: for a statement that slept inside its transaction and is
+ * about to hand on events that arrived meanwhile (see the top of the
+ * file).  The answer is cached again for what follows.
+ */
+void
+esrc_recheck_log_readable(Oid role, const char *why)
+{
+	AcceptInvalidationMessages();
+	InvalidateCatalogSnapshot();
+	log_access_cache.n = 0;
+	esrc_check_log_readable(role, why);
 }

@@ -38,6 +38,7 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/lmgr.h"
 #include "storage/latch.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -46,6 +47,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "base/base.h"
@@ -369,6 +371,23 @@ publish(void)
 		relid = get_relname_relid("standby_horizon", nsp);
 	}
 	if (!OidIsValid(seqoid) || !OidIsValid(relid))
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		my_idle_exit = true;
+		proc_exit(0);
+	}
+
+	/*
+	 * Lock both before the capture (which would lock the sequence anyway),
+	 * and look again: a DROP EXTENSION that held them has dropped them by
+	 * the time our lock is granted (LockRelationOid accepted its
+	 * invalidations), and the database then has no esrc to publish for.
+	 */
+	LockRelationOid(seqoid, RowExclusiveLock);
+	LockRelationOid(relid, RowExclusiveLock);
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(seqoid)) ||
+		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
 	{
 		PopActiveSnapshot();
 		CommitTransactionCommand();

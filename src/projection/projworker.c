@@ -176,8 +176,9 @@ leave_groups(int code, Datum arg)
 }
 
 /*
- * esrc's tables that the worker's transactions use, each in the strongest
- * mode any of them takes there, in one fixed order (see begin_xact).
+ * esrc's tables (and its sequence) that the worker's transactions use,
+ * each in the strongest mode any of them takes there, in one fixed order
+ * (see begin_xact).
  */
 static const struct
 {
@@ -191,6 +192,17 @@ static const struct
 	{"projection_partitions", RowExclusiveLock},
 	/* read by esrc.poll through the rules cache (rules.c) */
 	{"stream_rules", AccessShareLock},
+
+	/*
+	 * Read for the safe horizon (order.c, esrc_sequence_last_value: the
+	 * sequence functions lock a sequence in RowExclusiveLock).  It is the
+	 * first relation of the install script, so DROP EXTENSION, which locks
+	 * the members in the order of pg_depend, holds it while it waits for
+	 * esrc.events: a worker that held events and locked the sequence only
+	 * when its fetch read the horizon deadlocked with it ("deadlock
+	 * detected", the DROP or the worker's batch cancelled).
+	 */
+	{"position_seq", RowExclusiveLock},
 };
 
 /* The table worker_tables[i], or InvalidOid once esrc is gone. */

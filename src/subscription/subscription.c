@@ -20,7 +20,9 @@
  * position order, at most max_count; filters on types and metadata are
  * applied here.  With nothing to return it registers as waiting
  * (subwait.c) and sleeps on its latch until a commit that concerns it, or
- * a change of the group, or the end of the wait.  It writes the table
+ * a change of the group, or the end of the wait; after each sleep it checks
+ * the caller's rights again with fresh catalogs (recheck_rights), since a
+ * REVOKE may have committed meanwhile.  It writes the table
  * only when it returns nothing: then the checkpoints move past what it
  * scanned (events of its partitions that the filters dropped), so that an
  * idle or filtered partition does not fall behind.
@@ -327,12 +329,30 @@ typedef struct PollState
 	int			n;				/* events returned */
 	int64		covered;		/* the last pass covered up to here */
 	bool		waiting;		/* registered in subwait.c */
+	bool		slept;			/* a sleep since the rights were checked */
 	bool		first_pass;		/* def->checkpoints are fresh */
 } PollState;
 
 /*
+ * After a sleep, before the poll hands on events that arrived meanwhile:
+ * may the caller still read the log and consume the subscription?  Asked
+ * of the catalogs as they are now (logaccess.c), since the poll's
+ * transaction began before a REVOKE that committed during its sleep.
+ */
+static void
+recheck_rights(PollState *st)
+{
+	esrc_recheck_log_readable(GetUserId(),
+							  psprintf("The poll of subscription \"%s\" would return the events that arrived while it waited.",
+									   st->def->name));
+	check_consumer(st->def);
+	st->slept = false;
+}
+
+/*
  * The passes of a poll: take the leases, read the checkpoints, scan; with
- * nothing found, register as waiting, and sleep until woken, then again.
+ * nothing found, register as waiting, and sleep until woken, then check
+ * the caller's rights again and scan again.
  */
 static void
 poll_loop(PollState *st)
@@ -351,6 +371,8 @@ poll_loop(PollState *st)
 			ResetLatch(MyLatch);
 		MemoryContextReset(st->loopcxt);
 		MemoryContextSwitchTo(st->loopcxt);
+		if (st->slept)
+			recheck_rights(st);
 
 		st->nheld = esrc_lease_poll(&def->key, def->npartitions, st->member,
 									esrc_subscription_lease_ms, st->held, st->taken,
@@ -426,6 +448,7 @@ poll_loop(PollState *st)
 
 			/* wake up to renew the leases well before they pass */
 			(void) esrc_wait_sleep(Max(1, Min(left, esrc_subscription_lease_ms / 3)));
+			st->slept = true;
 		}
 	}
 }

@@ -267,11 +267,16 @@ public final class EventStore {
 
     /** esrc.safe_position(): the commit-safe horizon; a decision takes it before it reads. */
     public long safePosition() {
-        return withConnection(c -> {
-            try (PreparedStatement ps = c.prepareStatement(SAFE_POSITION_SQL)) {
-                return single(ps);
-            }
-        });
+        return withConnection(this::safePosition);
+    }
+
+    /** {@link #safePosition()} on the caller's connection. */
+    public long safePosition(Connection c) {
+        try (PreparedStatement ps = c.prepareStatement(SAFE_POSITION_SQL)) {
+            return single(ps);
+        } catch (SQLException e) {
+            throw EsrcException.of(e);
+        }
     }
 
     /**
