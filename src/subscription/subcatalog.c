@@ -149,9 +149,25 @@ static struct
 	SPIPlanPtr	plan;
 }			plans[MAX_PLANS];
 
+static void
+catalog_run_opts(const char *sql, int nargs, Oid *argtypes, Datum *values,
+				 const char *nulls, int expected_rc, int cursor_options);
+
 void
 catalog_run(const char *sql, int nargs, Oid *argtypes, Datum *values,
 			const char *nulls, int expected_rc)
+{
+	catalog_run_opts(sql, nargs, argtypes, values, nulls, expected_rc, 0);
+}
+
+/*
+ * catalog_run with the plan's cursor options: CURSOR_OPT_GENERIC_PLAN for
+ * a statement the plan cache would otherwise plan again on every call
+ * (read_checkpoints).
+ */
+static void
+catalog_run_opts(const char *sql, int nargs, Oid *argtypes, Datum *values,
+				 const char *nulls, int expected_rc, int cursor_options)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	EsrcOwnerContext ctx;
@@ -171,7 +187,7 @@ catalog_run(const char *sql, int nargs, Oid *argtypes, Datum *values,
 	{
 		if (plan == NULL)
 		{
-			plan = SPI_prepare(sql, nargs, argtypes);
+			plan = SPI_prepare_cursor(sql, nargs, argtypes, cursor_options);
 			if (plan == NULL)
 				elog(ERROR, "could not prepare \"%s\": %s", sql,
 					 SPI_result_code_string(SPI_result));
@@ -893,7 +909,14 @@ read_checkpoints(SubDef *def, int nheld, const int32 *held, int64 *cps)
 
 	values[0] = Int64GetDatum(def->id);
 	values[1] = PointerGetDatum(int4_array(held, nheld));
-	catalog_run(sql, 2, argtypes, values, NULL, SPI_OK_SELECT);
+
+	/*
+	 * A generic plan: with "= ANY ($2)" the plan cache finds a custom plan
+	 * cheaper than the generic one, so it planned this statement again on
+	 * every batch, 5% of a projection worker's CPU (docs/projections.md).
+	 */
+	catalog_run_opts(sql, 2, argtypes, values, NULL, SPI_OK_SELECT,
+					 CURSOR_OPT_GENERIC_PLAN);
 	for (i = 0; i < nheld; i++)
 		cps[i] = -1;
 	for (r = 0; r < SPI_processed; r++)
