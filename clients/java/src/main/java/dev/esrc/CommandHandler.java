@@ -54,31 +54,10 @@ public final class CommandHandler<C, S, E> {
      * else a new random one) and metadata for every event (null: none).
      */
     public Outcome<S, E> handle(String stream, C command, UUID commandId, Map<String, ?> metadata) {
-        UUID cid = commandId != null ? commandId
-            : command instanceof Command cmd && cmd.commandId() != null ? cmd.commandId() : UUID.randomUUID();
-        for (int attempt = 1; ; attempt++) {
-            WrongExpectedVersionException e;
-            try (Connection c = store.connection()) {
-                return attempt(c, stream, command, cid, metadata, attempt);
-            } catch (SQLException se) {
-                EsrcException ee = EsrcException.of(se);   // a 40001 of the commit too
-                if (!(ee instanceof WrongExpectedVersionException w)) throw ee;
-                e = w;
-            } catch (WrongExpectedVersionException w) {
-                e = w;
-            }
-            if (attempt >= maxAttempts) {
-                throw new RetriesExhaustedException("command on stream " + stream + " gave up after " + attempt
-                    + " attempts, each met 40001: " + e.serverMessage(), e.sqlState(), e.detail(),
-                    "The stream is written very often; raise maxAttempts or make its commands rarer.", e);
-            }
-            try {
-                backoff.sleep(attempt);
-            } catch (InterruptedException ie) {
-                Thread.currentThread().interrupt();
-                throw new EsrcException("interrupted while waiting to retry a command on stream " + stream);
-            }
-        }
+        UUID cid = Retry.commandId(command, commandId);
+        return Retry.run(store, maxAttempts, backoff, "command on stream " + stream,
+            "The stream is written very often; raise maxAttempts or make its commands rarer.",
+            (c, attempt) -> attempt(c, stream, command, cid, metadata, attempt));
     }
 
     private Outcome<S, E> attempt(Connection c, String stream, C command, UUID cid, Map<String, ?> metadata,

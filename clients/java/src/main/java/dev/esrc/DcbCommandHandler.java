@@ -59,32 +59,11 @@ public final class DcbCommandHandler<C, S, E> {
      */
     public DcbOutcome<S, E> handle(Function<? super C, Query> queryOf, C command, UUID commandId,
                                    Map<String, ?> metadata) {
-        UUID cid = commandId != null ? commandId
-            : command instanceof Command cmd && cmd.commandId() != null ? cmd.commandId() : UUID.randomUUID();
+        UUID cid = Retry.commandId(command, commandId);
         Query query = queryOf.apply(command);
-        for (int attempt = 1; ; attempt++) {
-            WrongExpectedVersionException e;
-            try (Connection c = store.connection()) {
-                return attempt(c, query, command, cid, metadata, attempt);
-            } catch (SQLException se) {
-                EsrcException ee = EsrcException.of(se);   // a 40001 of the commit too
-                if (!(ee instanceof WrongExpectedVersionException w)) throw ee;
-                e = w;
-            } catch (WrongExpectedVersionException w) {
-                e = w;
-            }
-            if (attempt >= maxAttempts) {
-                throw new RetriesExhaustedException("decision on query " + query.toJson() + " gave up after " + attempt
-                    + " attempts, each met 40001: " + e.serverMessage(), e.sqlState(), e.detail(),
-                    "The events of the query are written very often; raise maxAttempts or narrow the query.", e);
-            }
-            try {
-                backoff.sleep(attempt);
-            } catch (InterruptedException ie) {
-                Thread.currentThread().interrupt();
-                throw new EsrcException("interrupted while waiting to retry a decision on query " + query.toJson());
-            }
-        }
+        return Retry.run(store, maxAttempts, backoff, "decision on query " + query.toJson(),
+            "The events of the query are written very often; raise maxAttempts or narrow the query.",
+            (c, attempt) -> attempt(c, query, command, cid, metadata, attempt));
     }
 
     private DcbOutcome<S, E> attempt(Connection c, Query query, C command, UUID cid, Map<String, ?> metadata,
