@@ -108,13 +108,22 @@ crash() {   # crash 1|2|3
     read -r pid xid < <(wait_mid_batch) || true
     [ -n "${xid:-}" ] || die "round $1: no worker was caught in the middle of a batch"
     # The worker commits with synchronous_commit off and this batch has not
-    # committed, so its WAL may still be only in memory: a crash would then
-    # lose every trace of the xid, recovery would hand it out again, and
-    # pg_xact_status below would ask about another transaction (or raise
-    # "transaction ID ... is in the future", seen once on 17).  A commit
-    # with synchronous_commit on flushes all WAL written before it,
-    # including the batch's writes, so after recovery the xid is known.
-    q -c "SET synchronous_commit = on; SELECT pg_current_xact_id()" >/dev/null
+    # committed, so its WAL may still be only in wal_buffers: a crash would
+    # then lose every trace of the xid, recovery would hand it out again,
+    # and pg_xact_status below would ask about another transaction ("in
+    # progress" on 17 in CI, or "transaction ID ... is in the future").
+    # Wait until the WAL inserted so far, the batch's writes included, is
+    # flushed.  (A commit with synchronous_commit = on is not enough: a
+    # transaction that wrote no WAL of its own, such as one that only took
+    # an xid, commits asynchronously whatever the setting.)
+    local lsn
+    lsn=$(q -c "SELECT pg_current_wal_insert_lsn()")
+    for i in $(seq 1 200); do
+        [ "$(q -c "SELECT pg_current_wal_flush_lsn() >= '$lsn'::pg_lsn")" = t ] && break
+        sleep 0.05
+    done
+    [ "$(q -c "SELECT pg_current_wal_flush_lsn() >= '$lsn'::pg_lsn")" = t ] \
+        || die "round $1: the WAL up to $lsn was not flushed in 10 s"
     case $1 in
         1)
             log "round 1: kill -9 of projection worker $pid (transaction $xid mid-batch)"
@@ -154,7 +163,11 @@ crash() {   # crash 1|2|3
     q -c "UPDATE proj.knobs SET sleep_s = 0.05"
     # the batch in flight was rolled back
     st=$(q -c "SELECT pg_xact_status('$xid'::text::xid8)")
-    [ "$st" = aborted ] || die "round $1: the batch in flight (transaction $xid) is $st, not aborted"
+    if [ "$st" != aborted ]; then
+        q -c "SELECT pg_current_xact_id(), pid, backend_type, backend_xid, left(query, 60)
+              FROM pg_stat_activity WHERE backend_xid IS NOT NULL" >&2 || true
+        die "round $1: the batch in flight (transaction $xid) is $st, not aborted"
+    fi
     aborted+=("$xid")
     wait_workers "round $1"
 }
