@@ -138,7 +138,7 @@ esrc_check_owner_exists(Oid owner, const char *kind, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("owner of %s \"%s\" does not exist", kind, name),
-				 errdetail("Its owner, role %u, was dropped while connected to another database, where DROP ROLE does not check this database's esrc objects.",
+				 errdetail("Its owner, role %u, was dropped while connected to another database, before esrc 0.3.0 recorded the roles of its objects for DROP ROLE.",
 						   owner),
 				 errhint("A superuser can set its owner in esrc.%ss to an existing role, or drop the %s.",
 						 kind, kind)));
@@ -499,7 +499,7 @@ pause_ownerless(void)
 		ereport(WARNING,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("owner of projection \"%s\" does not exist, projection paused", names[i]),
-				 errdetail("Its owner, role %u, was dropped while connected to another database, where DROP ROLE does not check this database's esrc objects.",
+				 errdetail("Its owner, role %u, was dropped while connected to another database, before esrc 0.3.0 recorded the roles of its objects for DROP ROLE.",
 						   owners[i]),
 				 errhint("A superuser can set esrc.projections.owner to an existing role and call esrc.projection_resume(), or call esrc.drop_projection().")));
 	}
