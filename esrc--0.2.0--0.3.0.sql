@@ -213,8 +213,13 @@ CREATE TABLE esrc.standby_horizon (
 );
 -- a fixed length, never compressed: the publisher overwrites it in place
 ALTER TABLE esrc.standby_horizon ALTER COLUMN categories SET STORAGE PLAIN;
+-- A database upgraded with events in it starts from the primary's
+-- commit-safe horizon, not from 0: else its standbys would return nothing
+-- until the next append here starts a publisher.  horizon = last_position
+-- and no categories claim nothing above it for any reader.
 INSERT INTO esrc.standby_horizon
-    VALUES (true, pg_catalog.now(), 0, 0, 0, 0, pg_catalog.decode(pg_catalog.repeat('00', 256), 'hex'));
+    SELECT true, pg_catalog.now(), h.h, h.h, 0, 0, pg_catalog.decode(pg_catalog.repeat('00', 256), 'hex')
+      FROM (SELECT esrc.safe_position() AS h) h;
 COMMENT ON TABLE esrc.standby_horizon IS
     'The horizon the primary publishes for reads on hot standbys: the global horizon, and last(position_seq), the lowest bound per category hash of appends in flight and the lowest overflow bound of one reading of the registry.  Written in place by the horizon publisher only.';
 REVOKE ALL ON esrc.standby_horizon FROM PUBLIC;
