@@ -210,7 +210,7 @@ esrc_standby_init(void)
 int64
 esrc_standby_horizon(const uint64 *hashes, int nhashes)
 {
-	Relation	rel = table_open(esrc_relation_oid("standby_horizon"), AccessShareLock);
+	Relation	rel = esrc_open_relation("standby_horizon", AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
 	HeapTuple	tup = heap_getnext(scan, ForwardScanDirection);
