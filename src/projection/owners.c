@@ -397,15 +397,18 @@ owners_process_utility(PlannedStmt *pstmt, const char *queryString,
 		here = catalogs_here();
 	if (here && IsA(parsetree, DropRoleStmt))
 	{
-		int			droppable = drop_role_targets((DropRoleStmt *) parsetree,
-												  &roleids, &rolenames);
+		int			droppable;
 
 		/*
 		 * esrc's listing first, for the roles PostgreSQL would let the
 		 * caller drop: its own check would refuse them for the marker's
 		 * grant ("privileges for type esrc.referenced_role"), which says
-		 * less.
+		 * less.  PostgreSQL's refusals of the statement come before.
 		 */
+		PreventCommandIfReadOnly("DROP ROLE");
+		PreventCommandIfParallelMode("DROP ROLE");
+		PreventCommandDuringRecovery("DROP ROLE");
+		droppable = drop_role_targets((DropRoleStmt *) parsetree, &roleids, &rolenames);
 		check_dropped_roles(list_truncate(list_copy(roleids), droppable),
 							list_truncate(list_copy(rolenames), droppable));
 	}

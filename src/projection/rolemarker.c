@@ -86,11 +86,13 @@ static const char *diff_sql =
 "    AND a.privilege_type OPERATOR(pg_catalog.=) 'USAGE'"
 ") "
 "SELECT 'g', ro.rolname FROM pg_catalog.pg_roles ro, marker m"
-" WHERE ro.oid IN (SELECT r FROM refs) AND ro.oid NOT IN (SELECT r FROM held)"
+" WHERE ro.oid OPERATOR(pg_catalog.=) ANY (SELECT r FROM refs)"
+"   AND NOT ro.oid OPERATOR(pg_catalog.=) ANY (SELECT r FROM held)"
 "   AND ro.oid OPERATOR(pg_catalog.<>) m.typowner "
 "UNION ALL "
 "SELECT 'r', ro.rolname FROM pg_catalog.pg_roles ro"
-" WHERE ro.oid IN (SELECT r FROM held) AND ro.oid NOT IN (SELECT r FROM refs) "
+" WHERE ro.oid OPERATOR(pg_catalog.=) ANY (SELECT r FROM held)"
+"   AND NOT ro.oid OPERATOR(pg_catalog.=) ANY (SELECT r FROM refs) "
 "ORDER BY 1, 2";
 
 /* the marker's OID, or InvalidOid (not yet created: inside the upgrade) */
