@@ -325,6 +325,23 @@ idle(Batch *cur, long *held_wait)
 	}
 }
 
+/*
+ * Between the waits for the standbys (fwdstandby.c): serve librdkafka's
+ * callbacks; false after a reload, so that the batch is read again under
+ * the new settings.
+ */
+static bool
+serve_during_wait(void)
+{
+	esrc_kafka_poll(fwd_kafka);
+	if (ConfigReloadPending)
+	{
+		fwd_reload_config();
+		return false;
+	}
+	return fwd_kafka != NULL;
+}
+
 void
 esrc_forwarder_main(Datum main_arg)
 {
@@ -407,7 +424,7 @@ esrc_forwarder_main(Datum main_arg)
 		have = false;
 		held_wait = HELD_WAIT_MIN_MS;
 		/* esrc.forwarder_standbys: not before they have the batch's WAL */
-		if (!fwd_wait_standbys(cur->flush_to, fwd_serve_during_wait))
+		if (!fwd_wait_standbys(cur->flush_to, serve_during_wait))
 			continue;			/* read again on the next turn */
 		fwd_forward_batch(&cur, &spare, &have);
 	}

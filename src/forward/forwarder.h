@@ -225,7 +225,6 @@ extern bool fwd_kafka_wait_hook(int64 waited_ms, const char *last_error);
 
 /* Sending a batch (fwdsend.c) */
 extern void fwd_forward_batch(Batch **curp, Batch **sparep, bool *prefetched);
-extern bool fwd_serve_during_wait(void);
 
 /* Its copy of esrc.forwarder_state and the mirror of the position (fwdread.c) */
 extern char fwd_log_id[40];		/* esrc.forwarder_state.log_id, "" = unknown */

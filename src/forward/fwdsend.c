@@ -114,23 +114,6 @@ log_batch(Batch *b, int ndone)
 
 static void account_batch(Batch *b, instr_time sent);
 
-/*
- * Between the waits for the standbys (fwdstandby.c): serve librdkafka's
- * callbacks; false after a reload, so that the batch is read again under
- * the new settings.
- */
-bool
-fwd_serve_during_wait(void)
-{
-	esrc_kafka_poll(fwd_kafka);
-	if (ConfigReloadPending)
-	{
-		fwd_reload_config();
-		return false;
-	}
-	return fwd_kafka != NULL;
-}
-
 /* Read the batch after position "after" into next while a batch is in flight. */
 static ReadResult
 read_next(Batch *next, int64 after)
