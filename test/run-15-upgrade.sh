@@ -11,7 +11,8 @@
 #   log, the sequence, the snapshot rows and the forwarding state are
 #   byte-identical to before; the version is the current one; appends go
 #   on at the next version and position and the snapshot follows them; the
-#   user keeps its rights; and test/upgrade/catalog.sql describes the
+#   user keeps its rights; the horizon published for hot standbys starts at
+#   the log's (not 0); and test/upgrade/catalog.sql describes the
 #   extension's objects exactly as it does in a fresh "fresh" database.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -82,6 +83,11 @@ SQL
     q "$db" -c "REVOKE EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean) FROM upgrade_app"
     state "$db" >"$dir/$db.after"
     diff -u "$dir/$db.before" "$dir/$db.after" >&2 || die "the upgrade from $v changed the stored state"
+
+    # the horizon a standby reads starts at the events already there, not 0
+    [ "$(q "$db" -c "SELECT horizon = (SELECT max(position) FROM esrc.events) AND last_position = horizon
+                     FROM esrc.standby_horizon")" = t ] \
+        || die "after the upgrade from $v esrc.standby_horizon does not start at the log's horizon: $(q "$db" -c "SELECT horizon, last_position FROM esrc.standby_horizon")"
 
     q "$db" -f "$ESRC_ROOT/test/upgrade/catalog.sql" >"$dir/$db.catalog"
     diff -u "$dir/fresh.catalog" "$dir/$db.catalog" >&2 \
