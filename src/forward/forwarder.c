@@ -42,10 +42,9 @@
  * everything after it, so no later event overtakes it.
  *
  * Failures of Kafka are handled in the worker (state, back-off, retry:
- * fwdconnect.c and fwdsend.c); errors of
- * PostgreSQL end the worker (no PG_TRY, as in pg_cron), and the
- * postmaster starts it again after bgw_restart_time: all progress is in
- * Kafka or in tables.  The worker publishes what it does in shared
+ * fwdconnect.c and fwdsend.c); errors of PostgreSQL end the worker (no
+ * PG_TRY, as in pg_cron), and the postmaster starts it again after
+ * bgw_restart_time: all progress is in Kafka or in tables.  The worker publishes what it does in shared
  * memory through fwdstatus.c.
  *
  * Privileges: the worker connects as the bootstrap superuser, pins its
