@@ -8,7 +8,7 @@
  *	  from _PG_init).
  *
  * Every GUC here but esrc.max_forwarders is PGC_SIGHUP: the workers copy
- * them at start and at each reload (forwarder.c, copy_config), the
+ * them at start and at each reload (fwdconnect.c, fwd_copy_config), the
  * launcher (fwdlauncher.c) follows esrc.databases, and every backend has
  * them for the append-time checks and esrc.forwarder_status.  The check hooks run in every backend at each
  * reload, so they check syntax only and never load librdkafka; what
@@ -17,7 +17,8 @@
  * guarantees depend on (reserved_properties) are refused here, and no
  * message ever shows a property's value: it may be a password.
  *
- * Talks to: forwarder.c (the worker reads the GUCs), kafkaconf.c (property
+ * Talks to: the worker (fwdconnect.c copies the GUCs, fwdsend.c expands
+ * topic names), kafkaconf.c (property
  * syntax, topic name rules), append.c (which calls the append-time
  * checks through the esrc_append_guard this file sets).
  *

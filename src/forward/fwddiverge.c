@@ -62,7 +62,7 @@
  * unless the lag was shorter than one batch's delivery.
  * esrc.forwarder_standbys is the setting that rules it out.
  *
- * Talks to: forwarder.c (after connect), fwdread.c (fwd_xact_begin: the
+ * Talks to: fwdconnect.c (after connect), fwdread.c (fwd_xact_begin: the
  * transaction as the extension's owner), fwdstatus.c (the status),
  * order.c (the horizon), src/sql/20_forwarder.sql (the table and the
  * function).

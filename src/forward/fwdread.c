@@ -46,7 +46,8 @@
  * SET settings; the switch does neither.  The batch read (BATCH_SQL) runs
  * under the same rules.
  *
- * Talks to: forwarder.c (the worker calls fwd_read_log each turn),
+ * Talks to: forwarder.c (the worker calls fwd_read_log each turn, and
+ * fwdsend.c to read ahead),
  * order.c (the safe horizon), jsonsize.c (esrc_jsonb_text_size),
  * src/sql/20_forwarder.sql (the tables read and written).
  *

@@ -79,8 +79,9 @@
  * slot disappears later, the worker waits with state "waiting for
  * standby" and a last_error that names the slot and why.
  *
- * Talks to: forwarder.c (fwd_wait_standbys before a batch goes out,
- * fwd_standbys_caught_up before the next batch is started early),
+ * Talks to: forwarder.c (fwd_wait_standbys before a batch goes out),
+ * fwdsend.c (fwd_standbys_caught_up before the next batch is started
+ * early),
  * fwdconf.c (registers the GUC), fwdstatus.c (the state and the wait's
  * start in the status), compat.h (the wait).
  *
@@ -417,7 +418,7 @@ slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
 	return i == standbys->n;
 }
 
-/* Before starting a batch early (forwarder.c, start_next): no waiting. */
+/* Before starting a batch early (fwdsend.c, start_next): no waiting. */
 bool
 fwd_standbys_caught_up(XLogRecPtr lsn)
 {
