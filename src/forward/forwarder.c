@@ -58,7 +58,7 @@
  * Talks to: fwdconnect.c (the link to Kafka), fwdsend.c (every send),
  * fwdread.c (every read), fwdstandby.c (the standbys before a batch goes
  * out), fwdstatus.c (the status), fwdconf.c (the GUCs), order.c (which
- * sets our latch at commit); forwarder.h has what they share.
+ * sets our latch at commit); forwardint.h has what they share.
  *
  *-------------------------------------------------------------------------
  */
@@ -76,21 +76,21 @@
 #include "utils/timestamp.h"
 
 #include "base/base.h"
-#include "forwarder.h"
+#include "forwardint.h"
 #include "kafka.h"
 
 PGDLLEXPORT void esrc_forwarder_main(Datum main_arg);
 
-/* Idle waits: nothing to do, or no brokers (HELD_WAIT_*: forwarder.h). */
+/* Idle waits: nothing to do, or no brokers (HELD_WAIT_*: forwardint.h). */
 #define IDLE_WAIT_MS	10000
 #define NO_BROKERS_WAIT_MS 60000
 
-/* forwarder.h */
+/* forwardint.h */
 char	   *fwd_served_database = NULL;
 int64		fwd_position = -1;
 MemoryContext fwd_loop_cxt = NULL;
 
-/* the two batch buffers (forwarder.h) */
+/* the two batch buffers (forwardint.h) */
 static Batch batches[2];
 
 static void

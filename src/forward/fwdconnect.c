@@ -19,7 +19,7 @@
  * Talks to: kafka.c (connect, disconnect, polling), fwdstatus.c (the
  * status), fwddiverge.c (Kafka's position record against the log),
  * fwdread.c (the forwarder's row, esrc.forwarder_skip), fwdconf.c (the
- * GUCs); forwarder.h has what the worker's files share.
+ * GUCs); forwardint.h has what the worker's files share.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,18 +33,18 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "forwarder.h"
+#include "forwardint.h"
 #include "kafka.h"
 
 /* Back-off between failed attempts, doubling from the minimum. */
 #define BACKOFF_MIN_MS	100
 #define BACKOFF_MAX_MS	10000
 
-/* forwarder.h */
+/* forwardint.h */
 FwdConfig	fwd_cfg;
 EsrcKafka  *fwd_kafka = NULL;
 
-/* failure handling (forwarder.h) */
+/* failure handling (forwardint.h) */
 int			fwd_backoff_ms = 0;
 bool		fwd_config_refused = false;
 int64		fwd_poison_position = 0;

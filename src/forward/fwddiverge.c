@@ -79,7 +79,7 @@
 
 #include "base/base.h"
 #include "log/log.h"
-#include "forwarder.h"
+#include "forwardint.h"
 
 /* the last divergence reported, so that a repeated check does not repeat it */
 static char reported[ESRC_FWD_ERROR_LEN];

@@ -83,7 +83,7 @@
 #include "utils/uuid.h"
 
 #include "log/log.h"
-#include "forwarder.h"
+#include "forwardint.h"
 #include "kafka.h"
 
 /* In exactly_once mode the table mirror is written at most this often. */
@@ -95,7 +95,7 @@ static SPIPlanPtr mirror_plan = NULL;
 static TimestampTz mirror_at = 0;	/* the mirror was last written */
 static Batch *fill = NULL;		/* the batch fwd_read_log() fills */
 
-/* forwarder.h */
+/* forwardint.h */
 char		fwd_log_id[40];
 int64		fwd_table_position = 0;
 bool		fwd_mirror_dirty = false;

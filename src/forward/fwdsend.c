@@ -21,7 +21,7 @@
  * Worker process only.  Talks to: kafka.c (every send), fwdread.c (the
  * read ahead), fwdconf.c (topic names), fwdstandby.c (the standbys
  * before a batch read ahead goes out), fwdconnect.c (the link to Kafka,
- * the back-off), fwdstatus.c (the status); forwarder.h has what the
+ * the back-off), fwdstatus.c (the status); forwardint.h has what the
  * worker's files share.
  *
  *-------------------------------------------------------------------------
@@ -34,7 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "base/base.h"
-#include "forwarder.h"
+#include "forwardint.h"
 #include "kafka.h"
 
 /*

@@ -104,7 +104,7 @@
 #include "utils/varlena.h"
 
 #include "base/base.h"
-#include "forwarder.h"
+#include "forwardint.h"
 
 /* the latch waits of 15/16 (and of slots without the condition variable) */
 #define STANDBY_WAIT_MIN_MS 1
@@ -219,7 +219,7 @@ assign_standbys(const char *newval, void *extra)
 	standbys = (StandbyList *) extra;
 }
 
-/* fwdconf.c, from esrc_forwarder_init */
+/* fwdconf.c, from fwd_define_settings */
 void
 fwd_define_standbys_guc(void)
 {

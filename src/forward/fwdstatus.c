@@ -7,10 +7,10 @@
  *	  esrc.forwarder_resume.  (esrc.forwarder_skip is PL/pgSQL: a row in
  *	  esrc.forwarder_skips, which the worker reads, fwdread.c.)
  *
- * Shared state is the status slots of EsrcForwarders (forwarder.h), one
+ * Shared state is the status slots of EsrcForwarders (forwardint.h), one
  * per worker, esrc.max_forwarders of them: the worker is the only writer
  * of its slot while it runs and bumps changecount around each write (odd
- * while writing, fwd_status_write_begin/end in forwarder.h); status_read
+ * while writing, fwd_status_write_begin/end in forwardint.h); status_read
  * copies a slot until the count is even and unchanged, so no reader and
  * no writer ever waits on a lock.  The one exception is the atomic paused
  * flag (for every worker), which pause/resume write and the workers read;
@@ -50,7 +50,7 @@
 
 #include "base/base.h"
 #include "forward/forward.h"
-#include "forwarder.h"
+#include "forwardint.h"
 
 PG_FUNCTION_INFO_V1(esrc_forwarder_worker_status);
 PG_FUNCTION_INFO_V1(esrc_forwarder_pause);

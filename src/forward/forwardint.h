@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * forwarder.h
+ * forwardint.h
  *	  What the pieces of the Kafka forwarder share; private to them.
  *
  * The forwarder is nine files besides the librdkafka glue (kafka*.c,
@@ -23,8 +23,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef ESRC_FORWARDER_H
-#define ESRC_FORWARDER_H
+#ifndef ESRC_FORWARDINT_H
+#define ESRC_FORWARDINT_H
 
 #include "nodes/pg_list.h"
 #include "access/xlogdefs.h"
@@ -301,7 +301,7 @@ typedef enum DivergenceCheck
 extern DivergenceCheck fwd_check_divergence(int64 kafka_position, const char *kafka_id,
 											int64 *after);
 
-/* The launcher (fwdlauncher.c) */
-extern void fwd_register_launcher(void);
+/* fwdconf.c: the GUCs and the append guard, from esrc_forwarder_init */
+extern void fwd_define_settings(void);
 
-#endif							/* ESRC_FORWARDER_H */
+#endif							/* ESRC_FORWARDINT_H */
