@@ -608,3 +608,37 @@ COMMENT ON FUNCTION esrc.wait_for_projection(text, bigint, interval) IS
     'Wait until the projection has applied every event of its categories up to position (its rows are then visible to the next statement): ''applied'', or ''timeout''; 55000 for a partition blocked at or below position or a paused projection; woken by the workers'' commit (READ COMMITTED only).';
 REVOKE ALL ON FUNCTION esrc.wait_for_projection(text, bigint, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.wait_for_projection(text, bigint, interval) TO esrc_reader;
+
+-- ========================================================================
+-- sec-roles: DROP ROLE sees the roles of esrc's catalogs from every database
+-- (src/projection/rolemarker.c; from src/sql/40_projection.sql)
+-- ========================================================================
+------------------------------------------------------------------------
+-- The roles that esrc.projections and esrc.subscriptions refer to, as
+-- PostgreSQL sees them: every such role holds USAGE on the marker type
+-- esrc.referenced_role (which PUBLIC holds anyway: it grants nothing), so
+-- pg_shdepend records it and DROP ROLE refuses from every database
+-- (src/projection/rolemarker.c).  The triggers keep the grants.
+------------------------------------------------------------------------
+CREATE TYPE esrc.referenced_role AS ENUM ();
+COMMENT ON TYPE esrc.referenced_role IS
+    'Marker, without values: esrc grants USAGE on it (which PUBLIC holds anyway) to every role that esrc.projections or esrc.subscriptions refers to, so that PostgreSQL records the reference and DROP ROLE refuses from every database.';
+
+CREATE FUNCTION esrc.sync_referenced_roles() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_sync_referenced_roles';
+COMMENT ON FUNCTION esrc.sync_referenced_roles() IS
+    'Trigger function: grants USAGE on esrc.referenced_role to every role that esrc.projections or esrc.subscriptions refers to, and revokes it from the others.';
+REVOKE ALL ON FUNCTION esrc.sync_referenced_roles() FROM PUBLIC;
+
+CREATE TRIGGER subscriptions_referenced_roles
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF owner, consumers ON esrc.subscriptions
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.sync_referenced_roles();
+CREATE TRIGGER projections_referenced_roles
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF owner ON esrc.projections
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.sync_referenced_roles();
+ALTER TABLE esrc.subscriptions ENABLE ALWAYS TRIGGER subscriptions_referenced_roles;
+ALTER TABLE esrc.projections ENABLE ALWAYS TRIGGER projections_referenced_roles;
+-- The roles already recorded get the marker now: one statement that fires
+-- the trigger (a statement trigger fires for no row too).  Roles dropped
+-- before this upgrade cannot get it; docs/subscriptions.md finds them.
+UPDATE esrc.subscriptions SET owner = owner WHERE false;
