@@ -113,6 +113,12 @@ typedef struct EsrcOwnerContext
 	bool		switched;		/* the user was switched (owner valid) */
 	int			gucs;			/* GUC nest level opened; 0 = none */
 } EsrcOwnerContext;
+
+/* does the role exist (syscache; no error) */
+extern bool esrc_role_exists(Oid roleid);
+/* 42704 when the owner of an object (kind "projection", ...) is gone */
+extern void esrc_check_owner_exists(Oid owner, const char *kind, const char *name);
+
 extern void esrc_owner_enter(EsrcOwnerContext *ctx, Oid owner, int flags);
 extern void esrc_owner_leave(EsrcOwnerContext *ctx);
 extern void esrc_owner_restore_user(const EsrcOwnerContext *ctx);

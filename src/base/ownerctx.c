@@ -17,7 +17,9 @@
  *	 - esrc_owner_restore_user(): only the user and security context, for
  *	   the PG_FINALLY of callers that must have them back before the error
  *	   goes on up;
- *	 - esrc_run_as_owner(): one statement through SPI in the full context.
+ *	 - esrc_run_as_owner(): one statement through SPI in the full context;
+ *	 - esrc_role_exists() and esrc_check_owner_exists(): is the owner still
+ *	   there, before the context is entered.
  *
  * Its users: the snapshot code (snapshot.c, snapapply.c, snapbuild.c,
  * snaprebuild.c, snapread.c: reducers, the writes of snapshot tables and
@@ -66,6 +68,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/syscache.h"
 
 #include "base/base.h"
 
@@ -167,4 +170,32 @@ esrc_run_sql_as(Oid owner, int flags, const char *sql, int nargs, Oid *argtypes,
 	}
 	PG_END_TRY();
 	esrc_owner_leave(&ctx);
+}
+
+/*
+ * Before an owner context is entered: does the owner still exist
+ * (esrc_role_exists: the syscache, no error), and a clear 42704 when it
+ * does not (esrc_check_owner_exists).
+ */
+bool
+esrc_role_exists(Oid roleid)
+{
+	return SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid));
+}
+
+/*
+ * Raise 42704 when the owner of an object (kind, e.g. "projection") is gone: dropped from
+ * another database, where DROP ROLE does not see esrc's catalogs.
+ */
+void
+esrc_check_owner_exists(Oid owner, const char *kind, const char *name)
+{
+	if (!esrc_role_exists(owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("owner of %s \"%s\" does not exist", kind, name),
+				 errdetail("Its owner, role %u, was dropped while connected to another database, before esrc 0.3.0 recorded the roles of its objects for DROP ROLE.",
+						   owner),
+				 errhint("A superuser can set its owner in esrc.%ss to an existing role, or drop the %s.",
+						 kind, kind)));
 }

@@ -121,29 +121,6 @@ esrc_owners_init(void)
 	ProcessUtility_hook = owners_process_utility;
 }
 
-bool
-esrc_role_exists(Oid roleid)
-{
-	return SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(roleid));
-}
-
-/*
- * Raise 42704 when the owner of a projection (kind) is gone: dropped from
- * another database, where DROP ROLE does not see esrc's catalogs.
- */
-void
-esrc_check_owner_exists(Oid owner, const char *kind, const char *name)
-{
-	if (!esrc_role_exists(owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("owner of %s \"%s\" does not exist", kind, name),
-				 errdetail("Its owner, role %u, was dropped while connected to another database, before esrc 0.3.0 recorded the roles of its objects for DROP ROLE.",
-						   owner),
-				 errhint("A superuser can set its owner in esrc.%ss to an existing role, or drop the %s.",
-						 kind, kind)));
-}
-
 /*
  * Is esrc installed here, with both catalogs?  Not while an extension
  * script runs (CREATE or ALTER EXTENSION esrc, which may adopt roles).

@@ -10,12 +10,6 @@
 #ifndef ESRC_OWNERS_H
 #define ESRC_OWNERS_H
 
-/* does the role exist (syscache; no error) */
-extern bool esrc_role_exists(Oid roleid);
-
-/* 42704 when the owner of an object (kind "projection", ...) is gone */
-extern void esrc_check_owner_exists(Oid owner, const char *kind, const char *name);
-
 /*
  * Projection workers (projworker.c): pause the projections whose owner no
  * longer exists, recording why; in a transaction of its own, which the
