@@ -453,7 +453,7 @@ fi
 # each round (the run's own writers and workers count in it during the
 # windows; before a round they are idle).  The projections are created
 # once per set and stay; each configuration appends to a category of its
-# own (none: 'base', its streams as many and named alike), so "none"'s
+# own (named after it, its streams as many and named alike), so "none"'s
 # appends wake no worker and leave nothing to apply.  Before every window
 # the projections have applied everything and a CHECKPOINT ran (both
 # windows pay the same full-page writes).  Sets ($BENCH_RATIO_SETS):
@@ -476,6 +476,16 @@ fi
 #           starts once they caught up).  The issue's burst is 30 s;
 #           the pacing's steady state is reached within a second (a nap
 #           per cost_limit events), so 10 s windows measure the same rate.
+#   aa      none / none2 (the same appends to another category): the
+#           spread the machine alone gives a ratio of 1.00x; a ratio of
+#           the sets above is told from 1.00x only outside that spread.
+# Besides appends/s, each window's CPU time of the whole cluster (the
+# postmaster's reaped children, i.e. the writers' backends, and the live
+# processes, workers included; /proc/PID/stat), from before pgbench to
+# the end of the catch-up: "cpu" is the ratio of appends per CPU-second
+# against none's, the cost of the projections per append, which other
+# sessions' load on a shared machine moves much less than appends/s (it
+# leaves out waits: the WAL flushes of synchronous_commit are not CPU).
 # The same lag query runs every second in every window, "none" included.
 if [[ $SKIP != *" ratio "* ]]; then
     RW=${BENCH_RATIO_SECONDS:-10} RP=${BENCH_RATIO_PAIRS:-6}
@@ -489,6 +499,15 @@ if [[ $SKIP != *" ratio "* ]]; then
             sed "s/'load-'/'$c-'/g" "$dir/load.sql" >"$f"
         fi
         echo "$f"
+    }
+    cluster_cpu() { # CPU ticks of the cluster: the postmaster, its reaped children, the live ones
+        local pm p t
+        pm=$(head -1 "$dir/data/postmaster.pid")
+        t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+        for p in $(pgrep -P "$pm"); do
+            t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+        done
+        echo "$t"
     }
     ratio_projs() { # CONFIG -> the names of its projections
         case $1 in proj3|paced3) echo "r${1}1 r${1}2 r${1}3" ;; *) echo "" ;; esac
@@ -507,8 +526,9 @@ if [[ $SKIP != *" ratio "* ]]; then
              FROM n LEFT JOIN z ON true LEFT JOIN a USING (name)"
     }
     window() { # CONFIG
-        local c=$1 lo a0=() s pid t0 lag n x
+        local c=$1 lo a0=() s pid t0 lag n x c0
         sql "CHECKPOINT" >/dev/null
+        c0=$(cluster_cpu)
         lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
         for s in $(ratio_projs "$c"); do a0+=("$(applied "$s")"); done
         "$PG_BINDIR/pgbench" -n -c 8 -j 2 -T "$RW" -M prepared -f "$(ratio_script "$c")" >"$dir/pgbench.ratio" 2>&1 &
@@ -529,12 +549,14 @@ if [[ $SKIP != *" ratio "* ]]; then
             x=$((x + 1)); wait_applied "$s" $((n + a0[x - 1]))
         done
         win_catch=$(python3 -c "print('%.2f' % (($(now_us) - $t0) / 1e6))")
+        # appends per CPU-second of the cluster, catch-up included
+        win_eff=$(python3 -c "print('%.1f' % ($n / max(($(cluster_cpu) - $c0) / $(getconf CLK_TCK), 0.01)))")
     }
     pyfmt() { python3 -c "import statistics as s, sys; v = [float(x) for x in sys.argv[1:]]; print('median %.2fx  min %.2fx  max %.2fx  (%s)' % (s.median(v), min(v), max(v), ' '.join('%.2f' % x for x in v)))" $1; }
     ratio_set() { # SET CONFIG... (the first is the baseline)
         local set=$1 c i r order base kept
         shift
-        declare -A rs=() ch=() notkept=()
+        declare -A rs=() ch=() notkept=() cpu=()
         local loads=""
         for c in "$@"; do
             i=0
@@ -548,26 +570,28 @@ if [[ $SKIP != *" ratio "* ]]; then
             order="$*"
             [ $((r % 2)) = 1 ] || order=$(tr ' ' '\n' <<<"$*" | tac | tr '\n' ' ')
             loads="$loads $(cut -d' ' -f1 /proc/loadavg)"
-            declare -A t=()
+            declare -A t=() e=()
             for c in $order; do
                 window "$c"
                 t[$c]=$win_tps
+                e[$c]=$win_eff
                 kept=""
                 if [ -n "$(ratio_projs "$c")" ]; then
                     kept=$(python3 -c "print('%.2f' % ($win_lag / max($win_tps, 1)))")
-                    printf '  %s round %d  %-6s %6s appends/s  lag_max %s events (%ss of appends)  behind_at_end %s  catchup_s %s\n' \
-                        "$set" "$r" "$c" "$win_tps" "$win_lag" "$kept" "$win_end" "$win_catch"
+                    printf '  %s round %d  %-6s %6s appends/s  %7s appends/cpu-s  lag_max %s events (%ss of appends)  behind_at_end %s  catchup_s %s\n' \
+                        "$set" "$r" "$c" "$win_tps" "$win_eff" "$win_lag" "$kept" "$win_end" "$win_catch"
                     ch[$c]="${ch[$c]:-} $(python3 -c "print($win_tps * $RW / ($RW + $win_catch))")"
                     if [ "$c" != paced3 ] && python3 -c "import sys; sys.exit(0 if $kept > 1 else 1)"; then
                         notkept[$c]="${notkept[$c]:-} r$r"
                     fi
                 else
-                    printf '  %s round %d  %-6s %6s appends/s\n' "$set" "$r" "$c" "$win_tps"
+                    printf '  %s round %d  %-6s %6s appends/s  %7s appends/cpu-s\n' "$set" "$r" "$c" "$win_tps" "$win_eff"
                 fi
             done
             base=${t[$1]}
             for c in "${@:2}"; do
                 rs[$c]="${rs[$c]:-} $(python3 -c "print(${t[$c]} / max($base, 1))")"
+                cpu[$c]="${cpu[$c]:-} $(python3 -c "print(${e[$c]} / max(${e[$1]}, 0.1))")"
                 if [ -n "${ch[$c]:-}" ]; then
                     ch[$c.r]="${ch[$c.r]:-} $(python3 -c "print(${ch[$c]##* } / max($base, 1))")"
                 fi
@@ -575,7 +599,7 @@ if [[ $SKIP != *" ratio "* ]]; then
             if [ -n "${t[floor]:-}" ] && [ -n "${t[proj3]:-}" ]; then
                 rs[proj3.floor]="${rs[proj3.floor]:-} $(python3 -c "print(${t[proj3]} / max(${t[floor]}, 1))")"
             fi
-            unset t
+            unset t e
         done
         for c in "$@"; do
             for s in $(ratio_projs "$c"); do sql "SELECT esrc.drop_projection('$s')" >/dev/null; done
@@ -583,13 +607,17 @@ if [[ $SKIP != *" ratio "* ]]; then
         echo "ratio_${set}_machine load average (1 min) before each round:$loads; $(nproc) cores, shared"
         for c in "${@:2}"; do
             echo "ratio_${set}_${c}_vs_none $(pyfmt "${rs[$c]}")  ($RP rounds of ${RW}s windows)"
+            echo "ratio_${set}_${c}_vs_none_appends_per_cpu_second $(pyfmt "${cpu[$c]}")"
             [ -z "${ch[$c.r]:-}" ] || echo "ratio_${set}_${c}_vs_none_charged_with_catchup $(pyfmt "${ch[$c.r]}")"
             [ "$c" = paced3 ] || [ -z "$(ratio_projs "$c")" ] || echo "ratio_${set}_${c}_rounds_not_kept_up:${notkept[$c]:- none}  (lag above 1 s of appends)"
         done
         [ -z "${rs[proj3.floor]:-}" ] || echo "ratio_${set}_proj3_vs_floor $(pyfmt "${rs[proj3.floor]}")"
     }
-    for set in ${BENCH_RATIO_SETS:-keepup paced}; do
+    for set in ${BENCH_RATIO_SETS:-aa keepup paced}; do
         case $set in
+        aa)
+            log "interleaved: none / none2 (the machine's own spread), $RP rounds of ${RW}s windows"
+            ratio_set aa none none2 ;;
         keepup)
             log "interleaved: none / 3 projections / floor, $RP rounds of ${RW}s windows"
             ratio_set keepup none proj3 floor ;;
