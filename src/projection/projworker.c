@@ -12,7 +12,7 @@
  * the worker's partitions after their checkpoints (at most batch_size, up
  * to the categories' horizon), call the handler on each in position
  * order in a subtransaction, then move the checkpoints and the applied
- * counters (one statement, esrc_sub_advance_applied) and commit; so a crash anywhere
+ * counters in the same transaction and commit; so a crash anywhere
  * leaves either the whole batch and its checkpoint or neither.  The
  * worker commits with synchronous_commit off: a commit lost in a crash
  * loses its checkpoint with its effects, and the batch runs again.
@@ -503,13 +503,8 @@ clear_failure(Proj *pj, int32 p)
 	catalog_run(sql, 2, argtypes, values, NULL, SPI_OK_UPDATE);
 }
 
-/*
- * Move the checkpoints of the batch b to position and add counts (per
- * partition) to the projection's applied counters, in one statement
- * (esrc_sub_advance_applied); in two when no checkpoint had to move.
- */
 static void
-advance(Proj *pj, SubDef *def, EsrcSubBatch *b, int64 position, const int64 *counts)
+add_applied(Proj *pj, int np, const int64 *counts)
 {
 	static const char *sql =
 		"UPDATE esrc.projection_partitions AS pp SET applied = pp.applied OPERATOR(pg_catalog.+) x.n "
@@ -517,25 +512,22 @@ advance(Proj *pj, SubDef *def, EsrcSubBatch *b, int64 position, const int64 *cou
 		"WHERE pp.projection_id OPERATOR(pg_catalog.=) $1 AND pp.partition OPERATOR(pg_catalog.=) x.p";
 	Oid			argtypes[3] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID};
 	Datum		values[3];
-	EsrcSubApplied ap;
-	int			np = def->npartitions;
+	int32	   *parts = palloc(sizeof(int32) * np);
+	int64	   *ns = palloc(sizeof(int64) * np);
+	int			n = 0;
 	int			p;
 
-	ap.projection_id = pj->id;
-	ap.parts = palloc(sizeof(int32) * np);
-	ap.counts = palloc(sizeof(int64) * np);
-	ap.n = 0;
 	for (p = 0; p < np; p++)
 		if (counts[p] > 0)
 		{
-			ap.parts[ap.n] = p;
-			ap.counts[ap.n++] = counts[p];
+			parts[n] = p;
+			ns[n++] = counts[p];
 		}
-	if (esrc_sub_advance_applied(def, member, b, b->fetched, position, &ap) || ap.n == 0)
+	if (n == 0)
 		return;
 	values[0] = Int64GetDatum(pj->id);
-	values[1] = PointerGetDatum(int4_array(ap.parts, ap.n));
-	values[2] = PointerGetDatum(int8_array(ap.counts, ap.n));
+	values[1] = PointerGetDatum(int4_array(parts, n));
+	values[2] = PointerGetDatum(int8_array(ns, n));
 	catalog_run(sql, 3, argtypes, values, NULL, SPI_OK_UPDATE);
 }
 
@@ -718,7 +710,8 @@ retry_partition(Proj *pj, SubDef *def, Failures *f, int32 p, TupleDesc desc,
 	a.counts = palloc0(sizeof(int64) * def->npartitions);
 	if (apply_events(pj, def, ts, slot, 1, false, &a))
 	{
-		advance(pj, def, &b, pos, a.counts);
+		esrc_sub_advance(def, member, &b, b.fetched, pos);
+		add_applied(pj, def->npartitions, a.counts);
 		clear_failure(pj, p);
 	}
 	else
@@ -838,13 +831,15 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 		}
 		if (fedata == NULL)
 		{
-			advance(pj, def, &b, b.covered, a.counts);
+			esrc_sub_advance(def, member, &b, b.fetched, b.covered);
+			add_applied(pj, np, a.counts);
 			end_xact();
 			/* fewer than asked: nothing more until a commit sets the latch */
 			drained = until == 0 && b.n < pj->batch_size && b.to_horizon;
 			return b.n;
 		}
-		advance(pj, def, &b, fpos - 1, a.counts);
+		esrc_sub_advance(def, member, &b, b.fetched, fpos - 1);
+		add_applied(pj, np, a.counts);
 		record_failure(pj, fpart, fpos, 1, fedata, false);
 		end_xact();
 		return Max(limit, 1);

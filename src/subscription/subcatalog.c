@@ -942,28 +942,12 @@ read_checkpoints(SubDef *def, int nheld, const int32 *held, int64 *cps)
  * Move the checkpoint of each partition held[i] from expected[i] to
  * position, where it is lower; in the caller's transaction.  Returns how
  * many moved; *moved_by_other is set when a checkpoint was found neither
- * at expected[i] nor moved by us (someone else moved it).  With applied
- * (a projection's batch), the same statement adds to its applied
- * counters: one statement a batch instead of two.
+ * at expected[i] nor moved by us (someone else moved it).
  */
 int
 write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expected,
-				  int64 position, bool *moved_by_other, int32 *other_partition,
-				  const EsrcSubApplied *applied)
+				  int64 position, bool *moved_by_other, int32 *other_partition)
 {
-	static const char *applied_sql =
-		"WITH a AS (UPDATE esrc.projection_partitions AS pp "
-		"SET applied = pp.applied OPERATOR(pg_catalog.+) y.n "
-		"FROM ROWS FROM (pg_catalog.unnest($6), pg_catalog.unnest($7)) AS y(p, n) "
-		"WHERE pp.projection_id OPERATOR(pg_catalog.=) $5 AND pp.partition OPERATOR(pg_catalog.=) y.p) "
-		"UPDATE esrc.subscription_checkpoints AS c "
-		"SET checkpoint = $3, acked_at = pg_catalog.now() "
-		"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($4)) AS x(p, expected) "
-		"WHERE c.subscription_id OPERATOR(pg_catalog.=) $1 "
-		"AND c.partition OPERATOR(pg_catalog.=) x.p "
-		"AND c.checkpoint OPERATOR(pg_catalog.=) x.expected "
-		"AND c.checkpoint OPERATOR(pg_catalog.<) $3 "
-		"RETURNING c.partition";
 	static const char *update_sql =
 		"UPDATE esrc.subscription_checkpoints AS c "
 		"SET checkpoint = $3, acked_at = pg_catalog.now() "
@@ -973,9 +957,8 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 		"AND c.checkpoint OPERATOR(pg_catalog.=) x.expected "
 		"AND c.checkpoint OPERATOR(pg_catalog.<) $3 "
 		"RETURNING c.partition";
-	Oid			argtypes[7] = {INT8OID, INT4ARRAYOID, INT8OID, INT8ARRAYOID,
-	INT8OID, INT4ARRAYOID, INT8ARRAYOID};
-	Datum		values[7];
+	Oid			argtypes[4] = {INT8OID, INT4ARRAYOID, INT8OID, INT8ARRAYOID};
+	Datum		values[4];
 	int64	   *now_cps = palloc(sizeof(int64) * Max(nheld, 1));
 	bool	   *updated = palloc0(sizeof(bool) * Max(nheld, 1));
 	int			moved;
@@ -986,15 +969,7 @@ write_checkpoints(SubDef *def, int nheld, const int32 *held, const int64 *expect
 	values[1] = PointerGetDatum(int4_array(held, nheld));
 	values[2] = Int64GetDatum(position);
 	values[3] = PointerGetDatum(int8_array(expected, nheld));
-	if (applied != NULL && applied->n > 0)
-	{
-		values[4] = Int64GetDatum(applied->projection_id);
-		values[5] = PointerGetDatum(int4_array(applied->parts, applied->n));
-		values[6] = PointerGetDatum(int8_array(applied->counts, applied->n));
-		catalog_run(applied_sql, 7, argtypes, values, NULL, SPI_OK_UPDATE_RETURNING);
-	}
-	else
-		catalog_run(update_sql, 4, argtypes, values, NULL, SPI_OK_UPDATE_RETURNING);
+	catalog_run(update_sql, 4, argtypes, values, NULL, SPI_OK_UPDATE_RETURNING);
 	moved = (int) SPI_processed;
 	if (moved > 0)
 		esrc_sub_progress_at_commit(def->id);	/* wake its waits (subprogress.c) */

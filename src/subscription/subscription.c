@@ -477,7 +477,7 @@ advance_idle(PollState *st)
 	if (!any)
 		return;
 	(void) write_checkpoints(def, st->nheld, st->held, expected, st->covered,
-							 &moved_by_other, &other, NULL);
+							 &moved_by_other, &other);
 	if (moved_by_other)
 		return;
 	for (i = 0; i < st->nheld; i++)
@@ -672,7 +672,7 @@ ack_member(SubDef *def, const char *member, bool given, int64 position,
 				 in_poll ? errhint("Acknowledge a position the member received.") :
 				 errhint("Acknowledge a position the member received, or null for everything its last poll covered.")));
 
-	moved = write_checkpoints(def, nheld, held, now_cps, position, &moved_by_other, &other, NULL);
+	moved = write_checkpoints(def, nheld, held, now_cps, position, &moved_by_other, &other);
 	if (moved_by_other)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -780,19 +780,6 @@ void
 esrc_sub_advance(SubDef *def, const char *member, EsrcSubBatch *b,
 				 const bool *include, int64 position)
 {
-	(void) esrc_sub_advance_applied(def, member, b, include, position, NULL);
-}
-
-/*
- * esrc_sub_advance, and a projection's applied counters in the same
- * statement.  Returns false when no checkpoint had to move, and then wrote
- * nothing: the caller adds to the counters itself.
- */
-bool
-esrc_sub_advance_applied(SubDef *def, const char *member, EsrcSubBatch *b,
-						 const bool *include, int64 position,
-						 const EsrcSubApplied *applied)
-{
 	int32	   *parts = palloc(sizeof(int32) * Max(b->nheld, 1));
 	int64	   *expected = palloc(sizeof(int64) * Max(b->nheld, 1));
 	int64	   *now_cps = palloc(sizeof(int64) * Max(b->nheld, 1));
@@ -808,9 +795,8 @@ esrc_sub_advance_applied(SubDef *def, const char *member, EsrcSubBatch *b,
 			expected[n++] = b->cps[i];
 		}
 	if (n == 0)
-		return false;
-	(void) write_checkpoints(def, n, parts, expected, position, &moved_by_other, &other,
-							 applied);
+		return;
+	(void) write_checkpoints(def, n, parts, expected, position, &moved_by_other, &other);
 	if (moved_by_other)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -825,7 +811,6 @@ esrc_sub_advance_applied(SubDef *def, const char *member, EsrcSubBatch *b,
 	}
 	esrc_lease_record(&def->key, member, b->nheld, b->held, now_cps, -1);
 	memcpy(b->cps, now_cps, sizeof(int64) * b->nheld);
-	return true;
 }
 
 /* ----------------------------------------------------------------

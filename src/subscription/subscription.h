@@ -148,11 +148,9 @@ extern int64 subscription_insert(const char *name, Oid owner, ArrayType *cats,
 extern ArrayType *int4_array(const int32 *v, int n);
 extern ArrayType *int8_array(const int64 *v, int n);
 extern void read_checkpoints(SubDef *def, int nheld, const int32 *held, int64 *cps);
-struct EsrcSubApplied;
 extern int	write_checkpoints(SubDef *def, int nheld, const int32 *held,
 							  const int64 *expected, int64 position,
-							  bool *moved_by_other, int32 *other_partition,
-							  const struct EsrcSubApplied *applied);
+							  bool *moved_by_other, int32 *other_partition);
 
 /*
  * subscription.c: batches for a member that runs in the server (a
@@ -190,23 +188,6 @@ extern void esrc_sub_fetch(SubDef *def, const char *member, const bool *skip,
 						   EsrcSubBatch *batch);
 extern void esrc_sub_advance(SubDef *def, const char *member, EsrcSubBatch *batch,
 							 const bool *include, int64 position);
-
-/*
- * A projection's applied counters (esrc.projection_partitions.applied),
- * moved by the same statement as the checkpoints: per partition parts[i],
- * counts[i] more events.
- */
-typedef struct EsrcSubApplied
-{
-	int64		projection_id;
-	int			n;
-	int32	   *parts;
-	int64	   *counts;
-} EsrcSubApplied;
-
-extern bool esrc_sub_advance_applied(SubDef *def, const char *member, EsrcSubBatch *batch,
-									 const bool *include, int64 position,
-									 const EsrcSubApplied *applied);
 extern void esrc_sub_release(SubDef *def, const char *member);
 
 #endif							/* ESRC_SUBSCRIPTION_H */
