@@ -81,11 +81,6 @@ extern void esrc_projection_erase_flush(ProjErase *e, Oid owner);
 extern int64 esrc_projection_narrowed_until(int64 id);
 extern void esrc_projection_set_narrowed(int64 id, int64 until);
 
-/* projsubdef.c: the subscription definitions a worker keeps across batches */
-struct SubDef;
-extern struct SubDef *esrc_projection_subdef(int64 subid, uint64 seq);
-extern void esrc_projection_subdef_forget(void);
-
 /* projretry.c: the handlers a pg_proc change retries (projworker.c) */
 extern void esrc_projretry_init(void);
 extern bool esrc_projretry_pending(void);

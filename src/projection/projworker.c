@@ -738,7 +738,6 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	int			np;
 	int			p;
 	int			limit;
-	uint64		seq = esrc_projection_wake_seq();	/* before any snapshot */
 
 	memset(&batch_at, 0, sizeof(batch_at));
 	drained = false;
@@ -750,7 +749,7 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 		end_xact();
 		return 0;
 	}
-	def = esrc_projection_subdef(pj->subid, seq);	/* kept: projsubdef.c */
+	def = esrc_sub_lookup_id(pj->subid, CurrentMemoryContext);
 	if (def == NULL)
 	{
 		end_xact();				/* dropped */
@@ -953,7 +952,6 @@ run_batch_safely(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *ne
 		FlushErrorState();
 		AbortCurrentTransaction();
 		MemoryContextSwitchTo(cxt);
-		esrc_projection_subdef_forget();
 		n = -1;
 	}
 	PG_END_TRY();
@@ -1118,7 +1116,6 @@ esrc_projection_worker_main(Datum arg)
 		error_context_stack = NULL;
 		HOLD_INTERRUPTS();
 		esrc_running_projection = 0;
-		esrc_projection_subdef_forget();
 		EmitErrorReport();
 		AbortOutOfAnyTransaction();
 		FlushErrorState();
