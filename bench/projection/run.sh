@@ -486,6 +486,8 @@ fi
 # against none's, the cost of the projections per append, which other
 # sessions' load on a shared machine moves much less than appends/s (it
 # leaves out waits: the WAL flushes of synchronous_commit are not CPU).
+# "cpu_window" counts the window only, without the catch-up after it:
+# for the paced set, what the writers pay during the burst.
 # The same lag query runs every second in every window, "none" included.
 if [[ $SKIP != *" ratio "* ]]; then
     RW=${BENCH_RATIO_SECONDS:-10} RP=${BENCH_RATIO_PAIRS:-6}
@@ -526,7 +528,7 @@ if [[ $SKIP != *" ratio "* ]]; then
              FROM n LEFT JOIN z ON true LEFT JOIN a USING (name)"
     }
     window() { # CONFIG
-        local c=$1 lo a0=() s pid t0 lag n x c0
+        local c=$1 lo a0=() s pid t0 lag n x c0 c1
         sql "CHECKPOINT" >/dev/null
         c0=$(cluster_cpu)
         lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
@@ -540,6 +542,7 @@ if [[ $SKIP != *" ratio "* ]]; then
             [ "$lag" -le "$win_lag" ] || win_lag=$lag
         done
         wait "$pid" || { cat "$dir/pgbench.ratio"; die "pgbench failed (ratio $c)"; }
+        c1=$(cluster_cpu)
         t0=$(now_us)
         read -r win_end n <<<"$(lag_of "$c" "$lo" ${a0[@]+"${a0[@]}"})"
         [ "$win_end" -le "$win_lag" ] || win_lag=$win_end
@@ -551,12 +554,13 @@ if [[ $SKIP != *" ratio "* ]]; then
         win_catch=$(python3 -c "print('%.2f' % (($(now_us) - $t0) / 1e6))")
         # appends per CPU-second of the cluster, catch-up included
         win_eff=$(python3 -c "print('%.1f' % ($n / max(($(cluster_cpu) - $c0) / $(getconf CLK_TCK), 0.01)))")
+        win_effw=$(python3 -c "print('%.1f' % ($n / max(($c1 - $c0) / $(getconf CLK_TCK), 0.01)))")
     }
     pyfmt() { python3 -c "import statistics as s, sys; v = [float(x) for x in sys.argv[1:]]; print('median %.2fx  min %.2fx  max %.2fx  (%s)' % (s.median(v), min(v), max(v), ' '.join('%.2f' % x for x in v)))" $1; }
     ratio_set() { # SET CONFIG... (the first is the baseline)
         local set=$1 c i r order base kept
         shift
-        declare -A rs=() ch=() notkept=() cpu=()
+        declare -A rs=() ch=() notkept=() cpu=() cpuw=()
         local loads=""
         for c in "$@"; do
             i=0
@@ -570,16 +574,17 @@ if [[ $SKIP != *" ratio "* ]]; then
             order="$*"
             [ $((r % 2)) = 1 ] || order=$(tr ' ' '\n' <<<"$*" | tac | tr '\n' ' ')
             loads="$loads $(cut -d' ' -f1 /proc/loadavg)"
-            declare -A t=() e=()
+            declare -A t=() e=() w=()
             for c in $order; do
                 window "$c"
                 t[$c]=$win_tps
                 e[$c]=$win_eff
+                w[$c]=$win_effw
                 kept=""
                 if [ -n "$(ratio_projs "$c")" ]; then
                     kept=$(python3 -c "print('%.2f' % ($win_lag / max($win_tps, 1)))")
-                    printf '  %s round %d  %-6s %6s appends/s  %7s appends/cpu-s  lag_max %s events (%ss of appends)  behind_at_end %s  catchup_s %s\n' \
-                        "$set" "$r" "$c" "$win_tps" "$win_eff" "$win_lag" "$kept" "$win_end" "$win_catch"
+                    printf '  %s round %d  %-6s %6s appends/s  %7s appends/cpu-s (%s in the window)  lag_max %s events (%ss of appends)  behind_at_end %s  catchup_s %s\n' \
+                        "$set" "$r" "$c" "$win_tps" "$win_eff" "$win_effw" "$win_lag" "$kept" "$win_end" "$win_catch"
                     ch[$c]="${ch[$c]:-} $(python3 -c "print($win_tps * $RW / ($RW + $win_catch))")"
                     if [ "$c" != paced3 ] && python3 -c "import sys; sys.exit(0 if $kept > 1 else 1)"; then
                         notkept[$c]="${notkept[$c]:-} r$r"
@@ -592,6 +597,7 @@ if [[ $SKIP != *" ratio "* ]]; then
             for c in "${@:2}"; do
                 rs[$c]="${rs[$c]:-} $(python3 -c "print(${t[$c]} / max($base, 1))")"
                 cpu[$c]="${cpu[$c]:-} $(python3 -c "print(${e[$c]} / max(${e[$1]}, 0.1))")"
+                cpuw[$c]="${cpuw[$c]:-} $(python3 -c "print(${w[$c]} / max(${w[$1]}, 0.1))")"
                 if [ -n "${ch[$c]:-}" ]; then
                     ch[$c.r]="${ch[$c.r]:-} $(python3 -c "print(${ch[$c]##* } / max($base, 1))")"
                 fi
@@ -599,7 +605,7 @@ if [[ $SKIP != *" ratio "* ]]; then
             if [ -n "${t[floor]:-}" ] && [ -n "${t[proj3]:-}" ]; then
                 rs[proj3.floor]="${rs[proj3.floor]:-} $(python3 -c "print(${t[proj3]} / max(${t[floor]}, 1))")"
             fi
-            unset t e
+            unset t e w
         done
         for c in "$@"; do
             for s in $(ratio_projs "$c"); do sql "SELECT esrc.drop_projection('$s')" >/dev/null; done
@@ -608,6 +614,7 @@ if [[ $SKIP != *" ratio "* ]]; then
         for c in "${@:2}"; do
             echo "ratio_${set}_${c}_vs_none $(pyfmt "${rs[$c]}")  ($RP rounds of ${RW}s windows)"
             echo "ratio_${set}_${c}_vs_none_appends_per_cpu_second $(pyfmt "${cpu[$c]}")"
+            [ -z "$(ratio_projs "$c")" ] || echo "ratio_${set}_${c}_vs_none_appends_per_cpu_second_window_only $(pyfmt "${cpuw[$c]}")"
             [ -z "${ch[$c.r]:-}" ] || echo "ratio_${set}_${c}_vs_none_charged_with_catchup $(pyfmt "${ch[$c.r]}")"
             [ "$c" = paced3 ] || [ -z "$(ratio_projs "$c")" ] || echo "ratio_${set}_${c}_rounds_not_kept_up:${notkept[$c]:- none}  (lag above 1 s of appends)"
         done
