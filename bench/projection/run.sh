@@ -73,6 +73,10 @@
 # 4. batch_size 1, 100, 1000 ($BENCH_BATCH_SIZES) on the catch-up of the
 #    first $BENCH_BATCH_EVENTS (50,000) events' worth of a category of its
 #    own (1 worker, 1 partition).
+# 7. ratio (runs after 3): the ratios of 3 and 5 again, each against no
+#    projection in 10 s windows interleaved in the same run, with the
+#    machine's own spread (an A/A set) and appends per CPU-second; see the
+#    section's comment.
 #
 # Other knobs: BENCH_NO_BUILD=1 (skip make install), BENCH_SKIP="latency
 # catchup append pace cpu batch ratio" (sections to leave out), BENCH_CONF="name = value;
