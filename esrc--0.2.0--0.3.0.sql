@@ -191,62 +191,7 @@ COMMENT ON FUNCTION esrc.forwarder_accept_divergence(bigint, text, name) IS
     'The operator''s way out of state diverged (superuser): records the decision in esrc.forwarder_divergences and lets the Kafka forwarder of this database send the events after after_position (at most the log''s horizon); see docs/forwarder.md "Divergence".';
 REVOKE ALL ON FUNCTION esrc.forwarder_accept_divergence(bigint, text, name) FROM PUBLIC;
 
-CREATE VIEW esrc.metrics AS
-    WITH c AS (
-        SELECT coalesce(m.appends, 0) AS appends,
-               coalesce(m.events, 0) AS events,
-               coalesce(m.conflicts, 0) AS conflicts,
-               coalesce(m.idempotent_hits, 0) AS idempotent_hits,
-               coalesce(m.forwarded, 0) AS forwarded,
-               coalesce(m.forwarder_batches, 0) AS forwarder_batches,
-               coalesce(m.forwarder_errors, 0) AS forwarder_errors
-          FROM (SELECT pg_catalog.current_database() AS database) d
-          LEFT JOIN esrc.metrics_counters() m ON m.database = d.database),
-    -- the one place that reads esrc.forwarder_status: this database's row,
-    -- when the forwarder serves it
-    f AS (
-        SELECT s.events_pending, s.lag_seconds, s.state, s.standby_wait_since
-          FROM esrc.forwarder_status s
-         WHERE s.database = pg_catalog.current_database()
-           AND s.state <> 'inactive')
-    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()) AS labels,
-           v.value, v.help
-      FROM c, LATERAL (VALUES
-        ('esrc_appends_total', c.appends::double precision,
-         'Calls of esrc.append and esrc.append_batch that wrote events, counted at commit.'),
-        ('esrc_events_total', c.events::double precision,
-         'Events those calls wrote, counted at commit.'),
-        ('esrc_conflicts_total', c.conflicts::double precision,
-         'Appends refused with SQLSTATE 40001 by their version check (expected_version, or a concurrent append at REPEATABLE READ).'),
-        ('esrc_idempotent_hits_total', c.idempotent_hits::double precision,
-         'Appends answered from event ids already stored (retries), counted at commit.'),
-        ('esrc_forwarded_total', c.forwarded::double precision,
-         'Events the forwarder delivered to Kafka.'),
-        ('esrc_forwarder_batches_total', c.forwarder_batches::double precision,
-         'Batches the forwarder delivered to Kafka (Kafka transactions in exactly_once mode).'),
-        ('esrc_forwarder_errors_total', c.forwarder_errors::double precision,
-         'Failures the forwarder reported (Kafka unreachable, refused configuration, poison record), each retry that fails included.')
-      ) v(name, value, help)
-    UNION ALL
-    SELECT v.name, pg_catalog.jsonb_build_object('database', pg_catalog.current_database()),
-           v.value, v.help
-      FROM f, LATERAL (VALUES
-        ('esrc_forwarder_pending_events', f.events_pending::double precision,
-         'Committed events the forwarder has not delivered yet.'),
-        ('esrc_forwarder_lag_seconds', coalesce(f.lag_seconds, 0)::double precision,
-         'Seconds since the oldest pending event was recorded; 0 when nothing is pending.'),
-        ('esrc_forwarder_standby_wait_seconds',
-         coalesce(greatest(0, extract(epoch FROM pg_catalog.clock_timestamp() - f.standby_wait_since)), 0)::double precision,
-         'Seconds the forwarder has been waiting for a standby of esrc.forwarder_standbys to flush the next batch''s WAL; 0 when it does not wait.'),
-        ('esrc_forwarder_diverged', CASE WHEN f.state = 'diverged' THEN 1 ELSE 0 END::double precision,
-         '1 while the forwarder sends nothing because Kafka''s position record does not match the log (state diverged), else 0.')
-      ) v(name, value, help);
-COMMENT ON VIEW esrc.metrics IS
-    'This database''s figures for monitoring, one row per metric (Prometheus names): counters since the server started and the forwarder''s gauges (only where the forwarder serves this database).';
-COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
-COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}.';
-COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
-GRANT SELECT ON esrc.metrics TO esrc_reader;
+-- esrc.metrics is created once, below (its 0.3.0 definition).
 -- Reads on hot standbys (issue 27, item 3): the horizon the primary publishes.
 -- The primary's read horizon for its hot standbys (src/log/standby.c):
 -- one row, overwritten in place (no new row version, no transaction id)
@@ -268,8 +213,13 @@ CREATE TABLE esrc.standby_horizon (
 );
 -- a fixed length, never compressed: the publisher overwrites it in place
 ALTER TABLE esrc.standby_horizon ALTER COLUMN categories SET STORAGE PLAIN;
+-- A database upgraded with events in it starts from the primary's
+-- commit-safe horizon, not from 0: else its standbys would return nothing
+-- until the next append here starts a publisher.  horizon = last_position
+-- and no categories claim nothing above it for any reader.
 INSERT INTO esrc.standby_horizon
-    VALUES (true, pg_catalog.now(), 0, 0, 0, 0, pg_catalog.decode(pg_catalog.repeat('00', 256), 'hex'));
+    SELECT true, pg_catalog.now(), h.h, h.h, 0, 0, pg_catalog.decode(pg_catalog.repeat('00', 256), 'hex')
+      FROM (SELECT esrc.safe_position() AS h) h;
 COMMENT ON TABLE esrc.standby_horizon IS
     'The horizon the primary publishes for reads on hot standbys: the global horizon, and last(position_seq), the lowest bound per category hash of appends in flight and the lowest overflow bound of one reading of the registry.  Written in place by the horizon publisher only.';
 REVOKE ALL ON esrc.standby_horizon FROM PUBLIC;
@@ -529,7 +479,7 @@ GRANT EXECUTE ON FUNCTION esrc.create_projection(text, regprocedure, text[], int
 -- esrc.metrics (issue 26): the lag of each projection and subscription and
 -- the projections' blocked partitions (60_metrics.sql).
 ------------------------------------------------------------------------
-CREATE OR REPLACE VIEW esrc.metrics AS
+CREATE VIEW esrc.metrics AS
     WITH c AS (
         SELECT coalesce(m.appends, 0) AS appends,
                coalesce(m.events, 0) AS events,
@@ -616,6 +566,7 @@ COMMENT ON VIEW esrc.metrics IS
 COMMENT ON COLUMN esrc.metrics.name IS 'Prometheus metric name; _total marks a counter.';
 COMMENT ON COLUMN esrc.metrics.labels IS 'Prometheus labels: {"database": ...}, and "projection" or "subscription" for their figures.';
 COMMENT ON COLUMN esrc.metrics.help IS 'What the figure counts or measures.';
+GRANT SELECT ON esrc.metrics TO esrc_reader;
 
 ------------------------------------------------------------------------
 -- proj-wait (issue 31, read-your-writes): esrc.last_position(),
@@ -657,3 +608,37 @@ COMMENT ON FUNCTION esrc.wait_for_projection(text, bigint, interval) IS
     'Wait until the projection has applied every event of its categories up to position (its rows are then visible to the next statement): ''applied'', or ''timeout''; 55000 for a partition blocked at or below position or a paused projection; woken by the workers'' commit (READ COMMITTED only).';
 REVOKE ALL ON FUNCTION esrc.wait_for_projection(text, bigint, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION esrc.wait_for_projection(text, bigint, interval) TO esrc_reader;
+
+-- ========================================================================
+-- sec-roles: DROP ROLE sees the roles of esrc's catalogs from every database
+-- (src/projection/rolemarker.c; from src/sql/40_projection.sql)
+-- ========================================================================
+------------------------------------------------------------------------
+-- The roles that esrc.projections and esrc.subscriptions refer to, as
+-- PostgreSQL sees them: every such role holds USAGE on the marker type
+-- esrc.referenced_role (which PUBLIC holds anyway: it grants nothing), so
+-- pg_shdepend records it and DROP ROLE refuses from every database
+-- (src/projection/rolemarker.c).  The triggers keep the grants.
+------------------------------------------------------------------------
+CREATE TYPE esrc.referenced_role AS ENUM ();
+COMMENT ON TYPE esrc.referenced_role IS
+    'Marker, without values: esrc grants USAGE on it (which PUBLIC holds anyway) to every role that esrc.projections or esrc.subscriptions refers to, so that PostgreSQL records the reference and DROP ROLE refuses from every database.';
+
+CREATE FUNCTION esrc.sync_referenced_roles() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_sync_referenced_roles';
+COMMENT ON FUNCTION esrc.sync_referenced_roles() IS
+    'Trigger function: grants USAGE on esrc.referenced_role to every role that esrc.projections or esrc.subscriptions refers to, and revokes it from the others.';
+REVOKE ALL ON FUNCTION esrc.sync_referenced_roles() FROM PUBLIC;
+
+CREATE TRIGGER subscriptions_referenced_roles
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF owner, consumers ON esrc.subscriptions
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.sync_referenced_roles();
+CREATE TRIGGER projections_referenced_roles
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF owner ON esrc.projections
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.sync_referenced_roles();
+ALTER TABLE esrc.subscriptions ENABLE ALWAYS TRIGGER subscriptions_referenced_roles;
+ALTER TABLE esrc.projections ENABLE ALWAYS TRIGGER projections_referenced_roles;
+-- The roles already recorded get the marker now: one statement that fires
+-- the trigger (a statement trigger fires for no row too).  Roles dropped
+-- before this upgrade cannot get it; docs/subscriptions.md finds them.
+UPDATE esrc.subscriptions SET owner = owner WHERE false;

@@ -119,6 +119,8 @@ DROP OWNED BY ro_consumer;
 ROLLBACK;
 SET default_transaction_read_only = on;
 DROP OWNED BY ro_consumer;
+-- DROP ROLE too: PostgreSQL's refusal before esrc's listing of the grant
+DROP ROLE ro_consumer;
 RESET default_transaction_read_only;
 SELECT consumers::regrole[] FROM esrc.subscriptions WHERE name = 'ro_sub';
 DROP OWNED BY ro_consumer;

@@ -11,8 +11,14 @@
 #   log, the sequence, the snapshot rows and the forwarding state are
 #   byte-identical to before; the version is the current one; appends go
 #   on at the next version and position and the snapshot follows them; the
-#   user keeps its rights; and test/upgrade/catalog.sql describes the
+#   user keeps its rights; the horizon published for hot standbys starts at
+#   the log's (not 0); and test/upgrade/catalog.sql describes the
 #   extension's objects exactly as it does in a fresh "fresh" database.
+#   Where the version has subscriptions, a role owns a subscription and a
+#   projection, upgrade_app consumes it and a role dropped before the
+#   upgrade did: after it, exactly the two existing roles hold USAGE on the
+#   marker esrc.referenced_role (not as initial privileges: catalog.sql),
+#   and DROP ROLE of the owner from another database fails.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -72,6 +78,23 @@ UPDATE esrc.forwarder_state SET position = 3;
 INSERT INTO esrc.forwarder_skips (position, stream, reason) VALUES (2, 'user-1', 'upgrade test');
 SQL
     state "$db" >"$dir/$db.before"
+    # roles the catalogs refer to get the marker esrc.referenced_role
+    # (docs/subscriptions.md), but not one dropped before the upgrade
+    has_subs=$(q "$db" -c "SELECT to_regprocedure('esrc.grant_subscription(text, regrole)') IS NOT NULL")
+    if [ "$has_subs" = t ]; then
+        q "$db" >/dev/null <<SQL
+CREATE ROLE ${db}_owner IN ROLE esrc_subscriber, esrc_reader;
+CREATE ROLE ${db}_gone;
+CREATE FUNCTION public.up_h(e esrc.event) RETURNS void LANGUAGE sql AS 'SELECT';
+SET ROLE ${db}_owner;
+SELECT esrc.create_subscription('up_sub', ARRAY['user']);
+SELECT esrc.create_projection('up_proj', 'public.up_h(esrc.event)', ARRAY['order']);
+RESET ROLE;
+SELECT esrc.grant_subscription('up_sub', 'upgrade_app');
+SELECT esrc.grant_subscription('up_sub', '${db}_gone');
+SQL
+        q postgres -c "DROP ROLE ${db}_gone"
+    fi
     # a grant on a function whose signature 0.3.0 changes is carried over
     q "$db" -c "GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb) TO upgrade_app"
     q "$db" -c "ALTER EXTENSION esrc UPDATE"
@@ -81,7 +104,24 @@ SQL
         || die "the upgrade from $v lost upgrade_app's EXECUTE on esrc.create_snapshot"
     q "$db" -c "REVOKE EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean) FROM upgrade_app"
     state "$db" >"$dir/$db.after"
+    if [ "$has_subs" = t ]; then
+        got=$(q "$db" -c "SELECT pg_catalog.array_agg(a.grantee::regrole::text ORDER BY a.grantee::regrole::text)
+                          FROM pg_type t, aclexplode(t.typacl) a
+                          WHERE t.oid = 'esrc.referenced_role'::regtype
+                            AND a.grantee NOT IN (0, t.typowner) AND a.privilege_type = 'USAGE'")
+        [ "$got" = "{${db}_owner,upgrade_app}" ] \
+            || die "after the upgrade from $v the marker's grants are $got, not {${db}_owner,upgrade_app}"
+        q postgres -c "DROP ROLE ${db}_owner" 2>"$dir/drop.err" \
+            && die "after the upgrade from $v DROP ROLE ${db}_owner from another database succeeded"
+        grep -q "1 object in database $db" "$dir/drop.err" || die "DROP ROLE ${db}_owner: $(cat "$dir/drop.err")"
+        log "upgrade from $v: the recorded roles got the marker, DROP ROLE from another database refused"
+    fi
     diff -u "$dir/$db.before" "$dir/$db.after" >&2 || die "the upgrade from $v changed the stored state"
+
+    # the horizon a standby reads starts at the events already there, not 0
+    [ "$(q "$db" -c "SELECT horizon = (SELECT max(position) FROM esrc.events) AND last_position = horizon
+                     FROM esrc.standby_horizon")" = t ] \
+        || die "after the upgrade from $v esrc.standby_horizon does not start at the log's horizon: $(q "$db" -c "SELECT horizon, last_position FROM esrc.standby_horizon")"
 
     q "$db" -f "$ESRC_ROOT/test/upgrade/catalog.sql" >"$dir/$db.catalog"
     diff -u "$dir/fresh.catalog" "$dir/$db.catalog" >&2 \

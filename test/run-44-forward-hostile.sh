@@ -25,7 +25,8 @@
 #      address and the cause (a refused port: "Connection refused"; a name
 #      that does not resolve: the name and the resolver's answer) within
 #      the connect's first attempt, not after its 8 s budget with a
-#      generic timeout; a reload with the fixed setting ends the connect
+#      generic timeout; TLS (security.protocol=ssl) against the plaintext
+#      broker: the handshake's failure; a reload with the fixed setting ends the connect
 #      at once, events arrive and last_error is cleared.  Each wait is
 #      bounded (10 s for an error); the seconds are printed, not asserted.
 set -euo pipefail
@@ -293,6 +294,13 @@ wait_error "a refused port: the address and the cause" \
 brokers esrc-no-such-host.invalid:9092
 wait_error "a name that does not resolve: the name and the resolver's answer" \
     "^cannot connect to Kafka at esrc-no-such-host.invalid:9092: .*esrc-no-such-host.invalid.*(resolve|not known)"
+# TLS asked of a plaintext broker (the suite has no TLS broker): the
+# handshake's failure, not a timeout
+fwd_sql "ALTER SYSTEM SET esrc.kafka_properties = 'security.protocol=ssl'" >/dev/null
+brokers "$FWD_BROKER"
+wait_error "TLS against a plaintext listener: the address and the handshake's failure" \
+    "^cannot connect to Kafka at $FWD_BROKER: .*(SSL|ssl|TLS|handshake)"
+fwd_sql "ALTER SYSTEM RESET esrc.kafka_properties" >/dev/null
 brokers "$FWD_BROKER"
 osql "SELECT esrc.append('owned-1', 'E', '{}')" >/dev/null
 deadline=$((SECONDS + 60))

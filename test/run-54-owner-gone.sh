@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# The owner of a projection dropped from another database (issue 24,
-# finding 3).  DROP ROLE checks esrc's objects only in the database it runs
-# in (src/projection/owners.c); from a database without esrc it succeeds, and the
+# The roles of esrc's catalogs and DROP ROLE from another database.
+#   database app (esrc): roles own projections and subscriptions or
+#     consume one; DROP ROLE of each from database postgres fails (2BP01,
+#     "1 object in database app": the marker esrc.referenced_role,
+#     src/projection/rolemarker.c); after revoke_subscription,
+#     drop_subscription + drop_projection, DROP OWNED in app, it succeeds.
+#     In app, DROP ROLE lists esrc's objects (src/projection/owners.c);
+#     a caller without CREATEROLE gets PostgreSQL's 42501 first.
+# Then the owner of a projection dropped from another database (issue 24,
+# finding 3), as in a database upgraded from 0.2.0 where that happened
+# before the upgrade: the marker's grant is revoked by hand, and the
 # projection's owner column is then a role OID that no longer exists.
 #   database app (esrc): role owner_bob owns projection "bobs" (a reset
 #     function too) and subscription "bobsub"; the projection applies its
@@ -86,6 +94,77 @@ sqlstate_of() {   # the SQLSTATE of a statement that must fail (as postgres, in 
 }
 applied() { echo "(SELECT sum(applied) FROM esrc.projection_status WHERE projection = '$1')"; }
 
+# DROP ROLE from another database (src/projection/rolemarker.c): refused
+# while an esrc object of app refers to the role, as owner or consumer.
+drop_elsewhere() {   # drop_elsewhere ROLE: DROP ROLE from database postgres; prints the error
+    psql -qAtX -v ON_ERROR_STOP=1 -d postgres -c "DROP ROLE $1" 2>&1 >/dev/null || true
+}
+refused_elsewhere() {   # refused_elsewhere ROLE WHAT
+    local err
+    err=$(drop_elsewhere "$1")
+    case $err in
+        *"role \"$1\" cannot be dropped because some objects depend on it"*"1 object in database app"*) ;;
+        *) die "DROP ROLE $1 from database postgres ($2): not refused: $err" ;;
+    esac
+    [ "$(sqlstate_of "DROP ROLE $1" postgres)" = 2BP01 ] || die "DROP ROLE $1 from postgres: not 2BP01"
+    log "ok: DROP ROLE $1 from database postgres refused, 2BP01 ($2)"
+}
+dropped_elsewhere() {   # dropped_elsewhere ROLE WHAT
+    local err
+    err=$(drop_elsewhere "$1")
+    [ -z "$err" ] || die "DROP ROLE $1 from database postgres ($2): $err"
+    log "ok: DROP ROLE $1 from database postgres succeeded ($2)"
+}
+psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE ROLE og_consumer IN ROLE esrc_reader;
+CREATE ROLE og_temp IN ROLE esrc_subscriber, esrc_reader;
+CREATE ROLE og_owned IN ROLE esrc_subscriber, esrc_reader;
+CREATE ROLE og_nobody;
+CREATE FUNCTION og.noop(e esrc.event) RETURNS void LANGUAGE sql AS 'SELECT';
+SELECT esrc.grant_subscription('bobsub', 'og_consumer');
+SET ROLE og_temp;
+SELECT esrc.create_subscription('tempsub', ARRAY['acct']);
+SELECT esrc.create_projection('tempproj', 'og.noop(esrc.event)', ARRAY['none']);
+RESET ROLE;
+SET ROLE og_owned;
+SELECT esrc.create_subscription('ownedsub', ARRAY['acct']);
+RESET ROLE;
+SQL
+refused_elsewhere owner_bob "owner of projection bobs and subscription bobsub"
+refused_elsewhere owner_alice "owner of projection others"
+refused_elsewhere og_consumer "consumer of subscription bobsub"
+refused_elsewhere og_temp "owner of subscription tempsub and projection tempproj"
+refused_elsewhere og_owned "owner of subscription ownedsub"
+q -c "SELECT esrc.revoke_subscription('bobsub', 'og_consumer')" >/dev/null
+dropped_elsewhere og_consumer "after revoke_subscription"
+q -c "SELECT esrc.drop_subscription('tempsub')" >/dev/null
+refused_elsewhere og_temp "still the owner of projection tempproj"
+q -c "SELECT esrc.drop_projection('tempproj')" >/dev/null
+dropped_elsewhere og_temp "after drop_subscription and drop_projection"
+q -c "DROP OWNED BY og_owned" >/dev/null
+dropped_elsewhere og_owned "after DROP OWNED in app"
+check "no role holds the marker but the owners left" \
+    "(SELECT array_agg(a.grantee::regrole::text ORDER BY a.grantee::regrole::text)
+      FROM pg_type t, aclexplode(t.typacl) a
+      WHERE t.oid = 'esrc.referenced_role'::regtype AND a.grantee NOT IN (0, t.typowner))
+     = '{owner_alice,owner_bob}'"
+# in app: esrc's own listing, before PostgreSQL's (which names the marker only)
+err=$(q -c "DROP ROLE owner_bob" 2>&1 >/dev/null || true)
+case $err in
+    *"cannot be dropped because some objects depend on it"*'owner of projection "bobs"'*'owner of subscription "bobsub"'*) ;;
+    *) die "DROP ROLE owner_bob in app: not esrc's listing: $err" ;;
+esac
+log "ok: DROP ROLE owner_bob in app lists esrc's objects"
+# a caller PostgreSQL refuses gets PostgreSQL's refusal, not esrc's listing
+[ "$(sqlstate_of "SET ROLE og_nobody; DROP ROLE owner_bob")" = 42501 ] \
+    || die "DROP ROLE owner_bob by a role without CREATEROLE: not 42501"
+log "ok: without CREATEROLE: PostgreSQL's 42501 first"
+
+# What follows is a database upgraded from 0.2.0 where the role was dropped
+# from another database before the upgrade (no marker then): the grant is
+# taken away to get there.
+q -c "REVOKE USAGE ON TYPE esrc.referenced_role FROM owner_bob"
+
 q -c "SELECT count(esrc.append('acct-' || i, 'Opened', '{}')) FROM generate_series(1, 10) i" >/dev/null
 wait_for "bobs applied the first 10 events" "$(applied bobs) = 10 AND $(applied others) = 10"
 check "as owner_bob" "(SELECT bool_and(who = 'owner_bob') FROM og.seen WHERE projection = 'bobs')"
@@ -94,7 +173,7 @@ check "as owner_bob" "(SELECT bool_and(who = 'owner_bob') FROM og.seen WHERE pro
 log "ok: DROP ROLE owner_bob in app (esrc) refused: 2BP01"
 bob=$(q -c "SELECT oid FROM pg_roles WHERE rolname = 'owner_bob'")
 psql -qX -v ON_ERROR_STOP=1 -d postgres -c "DROP ROLE owner_bob"
-log "ok: DROP ROLE owner_bob from database postgres (no esrc) succeeded (role $bob)"
+log "ok: without the marker's grant, DROP ROLE owner_bob from database postgres (no esrc) succeeded (role $bob)"
 
 q -c "SELECT count(esrc.append('acct-' || i, 'Changed', '{}')) FROM generate_series(1, 10) i" >/dev/null
 wait_for "bobs paused by the worker" \

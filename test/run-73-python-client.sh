@@ -11,6 +11,8 @@
 #     commit; bounded retries; asyncio), the seed scenario with three
 #     threads and three asyncio tasks (versions 1, 2, 3), from the events
 #     and from a snapshot table, idempotent command ids, bounded retries,
+#     the retry loop of the four command handlers without a database
+#     (test_retry.py: attempts, backoff, each handler's give-up message),
 #     16 workers whose invariant (no negative balance, every accepted
 #     command once) is checked by replaying the log, consumers killed
 #     mid-batch (exactly once holds; at-least-once delivers again), a clean

@@ -19,6 +19,8 @@
 #include "fmgr.h"
 #include "compat.h"
 #include "datatype/timestamp.h"
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
 
 /* A TimestampTz as microseconds since the Unix epoch (0 stays 0), for logs. */
 static inline int64
@@ -40,6 +42,7 @@ extern bool esrc_shmem_attached;
 extern void esrc_require_shared(void);
 extern Oid	esrc_schema_oid(void);
 extern Oid	esrc_relation_oid(const char *relname);
+extern Relation esrc_open_relation(const char *relname, LOCKMODE lockmode);
 extern Oid	esrc_relation_owner(Oid relid);
 extern Oid	esrc_event_type_oid(void);
 extern Oid	esrc_lookup_function(const char *identity);

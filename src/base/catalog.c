@@ -2,9 +2,10 @@
  *
  * catalog.c
  *	  What every subsystem asks of the extension's own objects: is the
- *	  shared memory there, the schema esrc and its relations, their owner,
- *	  the type esrc.event, a function by its identity, and the body of the
- *	  triggers that keep esrc's records append-only.
+ *	  shared memory there, the schema esrc and its relations (looked up,
+ *	  or opened and locked), their owner, the type esrc.event, a function
+ *	  by its identity, and the body of the triggers that keep esrc's
+ *	  records append-only.
  *
  * Everything here is a lookup through the syscache (cheap, never stale: a
  * dropped and re-created extension is found again) or a refusal; nothing
@@ -16,6 +17,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -67,6 +69,27 @@ esrc_relation_oid(const char *relname)
 				 errmsg("relation \"esrc.%s\" does not exist", relname),
 				 errhint("Run CREATE EXTENSION esrc in this database.")));
 	return relid;
+}
+
+/*
+ * Open esrc.relname with lockmode.  The name is looked up before the lock
+ * is taken, so a DROP EXTENSION that held the table may have dropped it by
+ * the time the lock is granted: that is reported as the table missing, with
+ * esrc's message, not as PostgreSQL's internal "could not open relation
+ * with OID" (test/specs/append_drop_extension.spec).
+ */
+Relation
+esrc_open_relation(const char *relname, LOCKMODE lockmode)
+{
+	Relation	rel = try_relation_open(esrc_relation_oid(relname), lockmode);
+
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("relation \"esrc.%s\" does not exist", relname),
+				 errdetail("The extension esrc was dropped while this statement waited for it."),
+				 errhint("Run CREATE EXTENSION esrc in this database.")));
+	return rel;
 }
 
 /* The owner of a relation (esrc's catalogs: the extension's creator). */

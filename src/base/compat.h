@@ -299,4 +299,26 @@ esrc_standby_wait_done(void)
 }
 #endif
 
+/*
+ * Would PostgreSQL's DROP ROLE let the current user drop roleid (a
+ * superuser if rolsuper)?  Its checks of the caller's rights, without the
+ * special roles (current, session, bootstrap user), which the caller
+ * leaves to PostgreSQL.  15: CREATEROLE, and superuser for a superuser;
+ * 16 also requires the ADMIN option on the role (is_admin_of_role, true for
+ * a superuser).
+ */
+static inline bool
+esrc_may_drop_role(Oid roleid, bool rolsuper)
+{
+	if (!has_createrole_privilege(GetUserId()))
+		return false;
+	if (rolsuper && !superuser())
+		return false;
+#if PG_VERSION_NUM >= 160000
+	if (!is_admin_of_role(GetUserId(), roleid))
+		return false;
+#endif
+	return true;
+}
+
 #endif							/* ESRC_COMPAT_H */

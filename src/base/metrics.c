@@ -26,7 +26,7 @@
  * turns all counting off (for measurements of its cost).
  *
  * Talks to: append.c (esrc_metrics_append, esrc_metrics_conflict),
- * forwarder.c and fwdstatus.c (esrc_metrics_forwarded,
+ * fwdsend.c and fwdstatus.c (esrc_metrics_forwarded,
  * esrc_metrics_forwarder_error), esrc.c (shared memory, GUC),
  * src/sql/60_metrics.sql (the function and the view).
  *

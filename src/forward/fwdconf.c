@@ -3,12 +3,11 @@
  * fwdconf.c
  *	  The forwarder's configuration: its GUCs and their check hooks, the
  *	  expansion of esrc.kafka_topic into topic names, the checks an append
- *	  makes when its database is forwarded, the list of databases to
- *	  forward, and the registration of the launcher (esrc_forwarder_init,
- *	  from _PG_init).
+ *	  makes when its database is forwarded, and the list of databases to
+ *	  forward (fwd_define_settings, from esrc_forwarder_init).
  *
  * Every GUC here but esrc.max_forwarders is PGC_SIGHUP: the workers copy
- * them at start and at each reload (forwarder.c, copy_config), the
+ * them at start and at each reload (fwdconnect.c, fwd_copy_config), the
  * launcher (fwdlauncher.c) follows esrc.databases, and every backend has
  * them for the append-time checks and esrc.forwarder_status.  The check hooks run in every backend at each
  * reload, so they check syntax only and never load librdkafka; what
@@ -17,7 +16,8 @@
  * guarantees depend on (reserved_properties) are refused here, and no
  * message ever shows a property's value: it may be a password.
  *
- * Talks to: forwarder.c (the worker reads the GUCs), kafkaconf.c (property
+ * Talks to: the worker (fwdconnect.c copies the GUCs, fwdsend.c expands
+ * topic names), kafkaconf.c (property
  * syntax, topic name rules), append.c (which calls the append-time
  * checks through the esrc_append_guard this file sets).
  *
@@ -34,7 +34,7 @@
 
 #include "log/log.h"
 #include "forward/forward.h"
-#include "forwarder.h"
+#include "forwardint.h"
 #include "kafka.h"
 
 static const struct config_enum_entry delivery_options[] = {
@@ -43,7 +43,7 @@ static const struct config_enum_entry delivery_options[] = {
 	{NULL, 0, false}
 };
 
-/* GUC variables (forwarder.h) */
+/* GUC variables (forwardint.h) */
 char *esrc_kafka_brokers = NULL;
 char *esrc_database = NULL;
 char *esrc_databases = NULL;
@@ -546,10 +546,6 @@ check_properties(char **newval, void **extra, GucSource source)
 	return false;
 }
 
-/*
- * Called from _PG_init (shared_preload_libraries): define the GUCs and
- * register the launcher (fwdlauncher.c), which starts the workers.
- */
 /* what an append of a forwarded database must fit (append.c asks) */
 static const EsrcAppendGuard forwarder_append_guard = {
 	.check_category = forwarder_check_category,
@@ -558,20 +554,13 @@ static const EsrcAppendGuard forwarder_append_guard = {
 };
 
 /*
- * At the end of a transaction that appended (order.c): a commit has
- * events to forward.
+ * Called by esrc_forwarder_init (fwdlauncher.c), from _PG_init: define
+ * the GUCs and install what an append must fit.
  */
-static void
-forwarder_appended(Oid dbid, const uint64 *hashes, int nhashes, bool overflow)
-{
-	esrc_forwarder_wake();
-}
-
 void
-esrc_forwarder_init(void)
+fwd_define_settings(void)
 {
 	esrc_append_guard = &forwarder_append_guard;
-	esrc_listen_appended(forwarder_appended);
 
 	DefineCustomStringVariable("esrc.kafka_brokers",
 							   "Kafka bootstrap servers (host:port, comma separated) the forwarder publishes to.",
@@ -658,6 +647,4 @@ esrc_forwarder_init(void)
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 	fwd_define_standbys_guc();
-
-	fwd_register_launcher();
 }

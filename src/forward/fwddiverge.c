@@ -62,7 +62,7 @@
  * unless the lag was shorter than one batch's delivery.
  * esrc.forwarder_standbys is the setting that rules it out.
  *
- * Talks to: forwarder.c (after connect), fwdread.c (fwd_xact_begin: the
+ * Talks to: fwdconnect.c (after connect), fwdread.c (fwd_xact_begin: the
  * transaction as the extension's owner), fwdstatus.c (the status),
  * order.c (the horizon), src/sql/20_forwarder.sql (the table and the
  * function).
@@ -79,7 +79,7 @@
 
 #include "base/base.h"
 #include "log/log.h"
-#include "forwarder.h"
+#include "forwardint.h"
 
 /* the last divergence reported, so that a repeated check does not repeat it */
 static char reported[ESRC_FWD_ERROR_LEN];

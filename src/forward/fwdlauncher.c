@@ -19,7 +19,7 @@
  * is noticed within that time.  With no brokers no worker runs.
  *
  * Each worker gets a status slot in shared memory (EsrcForwarders,
- * forwarder.h; esrc.max_forwarders of them) from the launcher, which
+ * forwardint.h; esrc.max_forwarders of them) from the launcher, which
  * writes its database there before starting it and takes the slot back
  * once the postmaster reports it stopped.  A worker that stops on an
  * error or a SIGTERM is started again after ESRC_RESTART_DELAY_MS, doubling
@@ -32,6 +32,8 @@
  * stops (bgw_notify_pid), SIGHUP does at a reload; the only timeouts are
  * the restart delays and the catalog scan.  The launcher's exit stops its
  * workers, so a new launcher starts from free slots.
+ *
+ * Also esrc_forwarder_init, the folder's start from _PG_init.
  *
  * Talks to: fwdconf.c (the GUCs, the list), fwdstatus.c (the slots),
  * forwarder.c (the workers it starts), launch.c (the catalog scan and
@@ -53,7 +55,8 @@
 #include "utils/timestamp.h"
 
 #include "base/base.h"
-#include "forwarder.h"
+#include "log/log.h"
+#include "forwardint.h"
 
 PGDLLEXPORT void esrc_forwarder_launcher_main(Datum main_arg);
 
@@ -80,9 +83,26 @@ static int	maxdbs = 0;
 static BackgroundWorkerHandle **handles = NULL;	/* per slot */
 static bool warned_full = false;
 
-void
-fwd_register_launcher(void)
+/*
+ * At the end of a transaction that appended (order.c): a commit has
+ * events to forward.
+ */
+static void
+forwarder_appended(Oid dbid, const uint64 *hashes, int nhashes, bool overflow)
 {
+	esrc_forwarder_wake();
+}
+
+/*
+ * Called from _PG_init (shared_preload_libraries): the settings
+ * (fwdconf.c), the wake-up of the workers at each commit that appended,
+ * and this launcher, which starts the workers.
+ */
+void
+esrc_forwarder_init(void)
+{
+	fwd_define_settings();
+	esrc_listen_appended(forwarder_appended);
 	esrc_register_launcher("esrc_forwarder_launcher_main", "esrc forwarder launcher");
 }
 

@@ -46,7 +46,8 @@
  * SET settings; the switch does neither.  The batch read (BATCH_SQL) runs
  * under the same rules.
  *
- * Talks to: forwarder.c (the worker calls fwd_read_log each turn),
+ * Talks to: forwarder.c (the worker calls fwd_read_log each turn, and
+ * fwdsend.c to read ahead),
  * order.c (the safe horizon), jsonsize.c (esrc_jsonb_text_size),
  * src/sql/20_forwarder.sql (the tables read and written).
  *
@@ -82,7 +83,7 @@
 #include "utils/uuid.h"
 
 #include "log/log.h"
-#include "forwarder.h"
+#include "forwardint.h"
 #include "kafka.h"
 
 /* In exactly_once mode the table mirror is written at most this often. */
@@ -94,7 +95,7 @@ static SPIPlanPtr mirror_plan = NULL;
 static TimestampTz mirror_at = 0;	/* the mirror was last written */
 static Batch *fill = NULL;		/* the batch fwd_read_log() fills */
 
-/* forwarder.h */
+/* forwardint.h */
 char		fwd_log_id[40];
 int64		fwd_table_position = 0;
 bool		fwd_mirror_dirty = false;

@@ -79,8 +79,9 @@
  * slot disappears later, the worker waits with state "waiting for
  * standby" and a last_error that names the slot and why.
  *
- * Talks to: forwarder.c (fwd_wait_standbys before a batch goes out,
- * fwd_standbys_caught_up before the next batch is started early),
+ * Talks to: forwarder.c (fwd_wait_standbys before a batch goes out),
+ * fwdsend.c (fwd_standbys_caught_up before the next batch is started
+ * early),
  * fwdconf.c (registers the GUC), fwdstatus.c (the state and the wait's
  * start in the status), compat.h (the wait).
  *
@@ -103,7 +104,7 @@
 #include "utils/varlena.h"
 
 #include "base/base.h"
-#include "forwarder.h"
+#include "forwardint.h"
 
 /* the latch waits of 15/16 (and of slots without the condition variable) */
 #define STANDBY_WAIT_MIN_MS 1
@@ -218,7 +219,7 @@ assign_standbys(const char *newval, void *extra)
 	standbys = (StandbyList *) extra;
 }
 
-/* fwdconf.c, from esrc_forwarder_init */
+/* fwdconf.c, from fwd_define_settings */
 void
 fwd_define_standbys_guc(void)
 {
@@ -417,7 +418,7 @@ slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
 	return i == standbys->n;
 }
 
-/* Before starting a batch early (forwarder.c, start_next): no waiting. */
+/* Before starting a batch early (fwdsend.c, start_next): no waiting. */
 bool
 fwd_standbys_caught_up(XLogRecPtr lsn)
 {

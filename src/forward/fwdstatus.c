@@ -7,10 +7,10 @@
  *	  esrc.forwarder_resume.  (esrc.forwarder_skip is PL/pgSQL: a row in
  *	  esrc.forwarder_skips, which the worker reads, fwdread.c.)
  *
- * Shared state is the status slots of EsrcForwarders (forwarder.h), one
+ * Shared state is the status slots of EsrcForwarders (forwardint.h), one
  * per worker, esrc.max_forwarders of them: the worker is the only writer
  * of its slot while it runs and bumps changecount around each write (odd
- * while writing, fwd_status_write_begin/end in forwarder.h); status_read
+ * while writing, fwd_status_write_begin/end in forwardint.h); status_read
  * copies a slot until the count is even and unchanged, so no reader and
  * no writer ever waits on a lock.  The one exception is the atomic paused
  * flag (for every worker), which pause/resume write and the workers read;
@@ -27,9 +27,10 @@
  * than LOG_REPEAT_MS, so a Kafka outage that retries every few seconds
  * does not flood the log; esrc.forwarder_status always has the latest.
  *
- * Talks to: forwarder.c and fwdread.c (the worker reports through the
- * functions here), kafka.c (its wait hook), fwdconf.c (the GUCs shown for
- * a database no worker serves), fwdlauncher.c (which hands out the
+ * Talks to: the worker's files (forwarder.c, fwdconnect.c, fwdsend.c,
+ * fwdread.c, fwdstandby.c, fwddiverge.c report through the functions
+ * here; none of the worker's state is read here), fwdconf.c (the GUCs
+ * shown for a database no worker serves), fwdlauncher.c (which hands out the
  * slots), esrc.c (which sizes and creates them), order.c (the wake-up).
  *
  *-------------------------------------------------------------------------
@@ -42,7 +43,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "postmaster/interrupt.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
@@ -50,7 +50,7 @@
 
 #include "base/base.h"
 #include "forward/forward.h"
-#include "forwarder.h"
+#include "forwardint.h"
 
 PG_FUNCTION_INFO_V1(esrc_forwarder_worker_status);
 PG_FUNCTION_INFO_V1(esrc_forwarder_pause);
@@ -258,50 +258,6 @@ fwd_publish_progress(int64 position, int delivered)
 }
 
 /*
- * librdkafka is waiting (kafka.c): show why.  While connecting, its
- * latest error (the broker's address and the cause) goes to last_error at
- * once, in state "connecting", and a pending reload ends the connect (the
- * new settings are tried at once, not after the connect's budget); while
- * running, a wait of a second or more.
- */
-bool
-fwd_kafka_wait_hook(int64 waited_ms, const char *last_error)
-{
-	if (fwd_get_state() == FWD_CONNECTING && ConfigReloadPending)
-		return true;
-	if (fwd_get_state() == FWD_CONNECTING && last_error[0])
-	{
-		EsrcForwarderShared *f = fwd_slot;
-		char		msg[ESRC_FWD_ERROR_LEN];
-
-		snprintf(msg, sizeof(msg), "cannot connect to Kafka at %s: %s",
-				 fwd_cfg.brokers, last_error);
-		if (strcmp(f->last_error, msg) != 0)
-		{
-			TimestampTz now = GetCurrentTimestamp();
-
-			fwd_status_write_begin(f);
-			strlcpy(f->last_error, msg, sizeof(f->last_error));
-			f->last_error_at = now;
-			fwd_status_write_end(f);
-		}
-		return false;
-	}
-	if (waited_ms < 1000)
-		return false;
-	if (fwd_get_state() == FWD_RUNNING)
-	{
-		char		msg[ESRC_FWD_ERROR_LEN];
-
-		snprintf(msg, sizeof(msg), "no answer from Kafka for %d s%s%s",
-				 (int) (waited_ms / 1000), last_error[0] ? ": " : "", last_error);
-		fwd_report_failure(FWD_DISCONNECTED, msg, NULL);
-	}
-	return false;
-}
-
-
-/*
  * Waiting for a standby of esrc.forwarder_standbys (fwdstandby.c): why
  * (NULL: the wait is over) and since when.  The first time of a wait is
  * logged as a WARNING and counted as a failure; a new reason during the
@@ -358,7 +314,7 @@ fwd_publish_log_id(const char *log_id)
  * The database of another running worker with this log_id, or NULL.  A
  * database created from a template that has esrc copies its log_id, and
  * two workers with one Kafka identity would fence each other and share
- * one position record: the worker refuses that (forwarder.c).
+ * one position record: the worker refuses that (fwdconnect.c).
  */
 const char *
 fwd_log_id_owner(const char *log_id)

@@ -5,7 +5,8 @@
  *	  delivery reports, waiting, and the delivery of one batch (produce,
  *	  transactions).
  *
- * forwarder.c decides what to send and when; this file knows how.  An
+ * The worker (forwarder.c, fwdconnect.c, fwdsend.c) decides what to send
+ * and when; this file knows how.  An
  * EsrcKafka handle owns one librdkafka producer (transactional in
  * exactly-once mode; two of them, used in turn) and a cache of topic
  * handles (kafkatopic.c).  The configuration of each client and
@@ -45,7 +46,8 @@
  * exactly once are at struct EsrcKafka (kafkaint.h).  See
  * docs/forwarder.md for the failure analysis.
  *
- * Talks to: forwarder.c (its only caller, through kafka.h), kafkaconf.c,
+ * Talks to: the worker (fwdconnect.c, fwdsend.c, forwarder.c: its only
+ * callers, through kafka.h), kafkaconf.c,
  * kafkatopic.c, kafkapos.c.
  *
  *-------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * kafka.h
- *	  The librdkafka glue used by the forwarder worker (forwarder.c).
+ *	  The librdkafka glue used by the forwarder worker (forwarder.c,
+ *	  fwdconnect.c, fwdsend.c).
  *
  * kafka.c (with kafkaconf.c, kafkatopic.c and kafkapos.c, sharing the
  * private kafkaint.h) hides librdkafka behind a handle (EsrcKafka) that knows how to

@@ -46,7 +46,7 @@ struct EsrcKafkaTopic
  * and "-1"), one Kafka transaction per batch, and keeps up to two batches
  * in flight: the next batch's transaction (on the other producer) may
  * send its records while the previous one's commit (EndTxn) is under way
- * (forwarder.c does so only with a backlog).  Three rules keep that safe:
+ * (fwdsend.c does so only with a backlog).  Three rules keep that safe:
  *
  *   1. a batch's records are produced only after every record of the
  *      batch before it (and its position record) has been acknowledged

@@ -19,7 +19,7 @@
  * RETRY that Kafka did not answer.
  *
  * Talks to: kafka.c (the handle, the waits, the batches in flight),
- * kafkapos.c (the offsets topic's metadata), forwarder.c
+ * kafkapos.c (the offsets topic's metadata), fwdsend.c
  * (resolve_topics).
  *
  *-------------------------------------------------------------------------
@@ -322,7 +322,7 @@ esrc_kafka_topic(EsrcKafka *k, const char *name, EsrcKafkaTopic **topic,
 /*
  * Keep the topic cache bounded: when it holds more than
  * ESRC_TOPIC_CACHE_SIZE handles, drop every handle that no batch in flight
- * uses.  Called before the topics of a batch are resolved (forwarder.c,
+ * uses.  Called before the topics of a batch are resolved (fwdsend.c,
  * resolve_topics), which is the only time no record outside the batches
  * in flight points at an entry: a record's topic is a pointer to its
  * entry, so evicting during a pass (what this did before 0.2.0, on the

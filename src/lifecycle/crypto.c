@@ -106,7 +106,7 @@ typedef struct SubjectKey
 static bool
 key_lookup(bool bykeyid, Datum value, Snapshot snap, SubjectKey *out)
 {
-	Relation	rel = table_open(esrc_relation_oid("subject_keys"), AccessShareLock);
+	Relation	rel = esrc_open_relation("subject_keys", AccessShareLock);
 	Oid			idx = esrc_relation_oid(bykeyid ? "subject_keys_pkey" : "subject_keys_subject_key");
 	ScanKeyData skey;
 	SysScanDesc scan;

@@ -413,7 +413,7 @@ redact_rows(Relation rel, EState *estate, ResultRelInfo *rri,
 void
 esrc_redactor_open(EsrcRedactor *r)
 {
-	r->rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
+	r->rel = esrc_open_relation("events", RowExclusiveLock);
 	esrc_check_log_rowtype(r->rel);
 	check_update_triggers(r->rel);
 	r->estate = esrc_make_write_estate(r->rel, &r->rri);

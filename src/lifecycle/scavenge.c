@@ -184,7 +184,7 @@ scavenge_now(void)
 static int
 next_streams(const char *after, char **names, int max)
 {
-	Relation	rel = table_open(esrc_relation_oid("stream_rules"), AccessShareLock);
+	Relation	rel = esrc_open_relation("stream_rules", AccessShareLock);
 	Relation	idx;
 	TupleTableSlot *slot;
 	ScanKeyData key;

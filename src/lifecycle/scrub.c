@@ -294,7 +294,7 @@ esrc_scrub(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("esrc.scrub()");
 	InitMaterializedSRF(fcinfo, 0);
 	memset(rels, 0, sizeof(rels));
-	events = table_open(esrc_relation_oid("events"), AccessShareLock);
+	events = esrc_open_relation("events", AccessShareLock);
 	rels[0].key = "events";
 	rels[0].relid = RelationGetRelid(events);
 	rels[1].key = "toast";

@@ -364,7 +364,7 @@ open_log(EventLog *log)
 {
 	TupleDesc	desc;
 
-	log->rel = table_open(esrc_relation_oid("events"), RowExclusiveLock);
+	log->rel = esrc_open_relation("events", RowExclusiveLock);
 	esrc_check_log_rowtype(log->rel);
 	desc = RelationGetDescr(log->rel);
 

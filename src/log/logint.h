@@ -85,6 +85,33 @@ typedef struct EsrcRegistryCapture
 
 extern void esrc_capture_registry(Oid seqoid, EsrcRegistryCapture *cap);
 
+/*
+ * The one row of esrc.standby_horizon, which the publisher (standby.c)
+ * writes in place on the primary and standbyread.c reads on a standby.
+ */
+/* its columns (src/sql/00_core.sql) */
+#define Anum_sh_published_at	2
+#define Anum_sh_horizon			3
+#define Anum_sh_last_position	4
+#define Anum_sh_overflow_bound	5
+#define Anum_sh_ncategories		6
+#define Anum_sh_categories		7
+#define Natts_sh				7
+
+/*
+ * The (hash, bound) pairs the row holds (the length of categories, which
+ * never changes: the row is overwritten in place).  A reading of the
+ * registry with more categories in flight leaves them as they were
+ * (standby.c's publish()).
+ */
+#define SH_CATEGORIES			16
+
+typedef struct ShEntry
+{
+	uint64		hash;
+	uint64		bound;
+} ShEntry;
+
 /* standby.c: the entry points of the horizon launcher and publishers */
 extern PGDLLEXPORT void esrc_horizon_launcher_main(Datum arg);
 extern PGDLLEXPORT void esrc_horizon_publisher_main(Datum arg);

@@ -216,7 +216,7 @@ log_begin(EsrcLogOrder order, Datum key, int64 lo, int64 hi,
 	int			nkeys = 0;
 	int			boundcol = order == ESRC_LOG_BY_POSITION ? 1 : 2;
 
-	s->rel = table_open(esrc_relation_oid("events"), AccessShareLock);
+	s->rel = esrc_open_relation("events", AccessShareLock);
 	if (check)
 		check_read_privilege(s->rel);
 	esrc_check_log_rowtype(s->rel);

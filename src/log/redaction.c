@@ -198,7 +198,7 @@ esrc_is_redacted(Datum data, bool datanull, bool metanull)
 bool
 esrc_stream_erased(const char *stream, Snapshot snap, TimestampTz *first_at)
 {
-	Relation	rel = table_open(esrc_relation_oid("erasures"), AccessShareLock);
+	Relation	rel = esrc_open_relation("erasures", AccessShareLock);
 	Oid			idxoid = get_relname_relid("erasures_stream_idx", esrc_schema_oid());
 	Relation	idx;
 	TupleTableSlot *slot;

@@ -629,7 +629,7 @@ bool
 esrc_rules_first_visible_now(const char *stream, Snapshot snap, TimestampTz now,
 							 int64 *first_visible)
 {
-	Relation	rel = table_open(esrc_relation_oid("stream_rules"), AccessShareLock);
+	Relation	rel = esrc_open_relation("stream_rules", AccessShareLock);
 	Relation	idx;
 	TupleTableSlot *slot;
 	ScanKeyData key;

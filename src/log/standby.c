@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * standby.c
- *	  Commit-safe global reads on hot standbys: the horizon publisher (a
- *	  background worker per database that appends, and its launcher) that
- *	  writes the primary's in-flight registry, as order.c reads it, in
- *	  place into the one row of esrc.standby_horizon; and, on a standby, the horizons
- *	  of read_all, read_category and safe_position computed from the newest
- *	  row replayed.  Why that is safe: order.c's header, "Hot standbys".
+ *	  Commit-safe global reads on hot standbys, the primary's side: the
+ *	  horizon publisher (a background worker per database that appends,
+ *	  and its launcher) that writes the primary's in-flight registry, as
+ *	  order.c reads it, in place into the one row of esrc.standby_horizon.
+ *	  A standby reads the row in standbyread.c.  Why that is safe: order.c's
+ *	  header, "Hot standbys".
  *
  * The launcher (a worker of the cluster, no database) starts a publisher
  * in a database when a transaction that appended there ends and none runs
@@ -56,29 +56,6 @@
 
 /* esrc.standby_horizon_interval: ms between two rows at most; -1 = off */
 int			esrc_standby_horizon_interval = 5;
-
-/* the columns of esrc.standby_horizon (src/sql/00_core.sql) */
-#define Anum_sh_published_at	2
-#define Anum_sh_horizon			3
-#define Anum_sh_last_position	4
-#define Anum_sh_overflow_bound	5
-#define Anum_sh_ncategories		6
-#define Anum_sh_categories		7
-#define Natts_sh				7
-
-/*
- * The (hash, bound) pairs the row holds (the length of categories, which
- * never changes: the row is overwritten in place).  A reading of the
- * registry with more categories in flight leaves them as they were
- * (publish()).
- */
-#define SH_CATEGORIES			16
-
-typedef struct ShEntry
-{
-	uint64		hash;
-	uint64		bound;
-} ShEntry;
 
 #define HZ_MAX_REQUESTS		64
 
@@ -189,77 +166,6 @@ esrc_standby_init(void)
 							NULL, NULL, NULL);
 	esrc_listen_appended(standby_appended);
 	esrc_register_launcher("esrc_horizon_launcher_main", "esrc horizon launcher");
-}
-
-/* ----------------------------------------------------------------
- * On a standby: the horizon from the newest row replayed
- * ----------------------------------------------------------------
- */
-
-/*
- * The horizon of this database on a hot standby for a reader of the
- * categories hashes[0 .. nhashes - 1] (nhashes < 0: the global horizon),
- * from what replay has written into the row of esrc.standby_horizon
- * (order.c, "Hot standbys"): the global horizon H of the newest reading of
- * the primary's registry, and for a set of categories the larger of H and
- * R3' computed from the newest reading whose categories the row holds.
- * The tuple is copied under the buffer's share lock (replay overwrites it
- * under the exclusive lock), before the caller's read takes its snapshot.
- * 0 if there is no row.
- */
-int64
-esrc_standby_horizon(const uint64 *hashes, int nhashes)
-{
-	Relation	rel = table_open(esrc_relation_oid("standby_horizon"), AccessShareLock);
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
-	HeapTuple	tup = heap_getnext(scan, ForwardScanDirection);
-	int64		horizon = 0;
-
-	if (tup != NULL)
-	{
-		Buffer		buf = ((HeapScanDesc) scan)->rs_cbuf;
-		Datum		values[Natts_sh];
-		bool		nulls[Natts_sh];
-		int64		cat;
-
-		LockBuffer(buf, BUFFER_LOCK_SHARE);
-		tup = heap_copytuple(tup);
-		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
-		heap_deform_tuple(tup, RelationGetDescr(rel), values, nulls);
-		horizon = DatumGetInt64(values[Anum_sh_horizon - 1]);
-		cat = DatumGetInt64(values[Anum_sh_last_position - 1]);
-		if (nhashes > 0)
-		{
-			bytea	   *b = DatumGetByteaPP(values[Anum_sh_categories - 1]);
-			int			n = DatumGetInt32(values[Anum_sh_ncategories - 1]);
-			int64		overflow = DatumGetInt64(values[Anum_sh_overflow_bound - 1]);
-			int			i;
-
-			if (n < 0 || n > SH_CATEGORIES ||
-				VARSIZE_ANY_EXHDR(b) != SH_CATEGORIES * sizeof(ShEntry))
-				elog(ERROR, "esrc.standby_horizon holds %d categories in %zu bytes",
-					 n, (size_t) VARSIZE_ANY_EXHDR(b));
-			for (i = 0; i < n; i++)
-			{
-				ShEntry		e;
-				int			k;
-
-				memcpy(&e, VARDATA_ANY(b) + i * sizeof(ShEntry), sizeof(ShEntry));
-				for (k = 0; k < nhashes; k++)
-					if (e.hash == hashes[k] && (int64) e.bound - 1 < cat)
-						cat = (int64) e.bound - 1;
-			}
-			if (overflow != 0 && overflow - 1 < cat)
-				cat = overflow - 1;
-		}
-		if (nhashes >= 0)
-			horizon = Max(horizon, cat);
-	}
-	table_endscan(scan);
-	UnregisterSnapshot(snap);
-	table_close(rel, AccessShareLock);
-	return horizon;
 }
 
 /* ----------------------------------------------------------------

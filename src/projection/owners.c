@@ -10,17 +10,24 @@
  *	  gone.
  *
  * PostgreSQL records shared dependencies (pg_shdepend) only for objects of
- * its own catalogs, so a regrole column alone lets DROP ROLE succeed and
- * leaves a dangling OID behind, which a later role may get.  A
- * ProcessUtility hook does the bookkeeping instead, in the database it
- * runs in, where esrc is installed (and not while an extension script
- * runs):
+ * its own catalogs, so a regrole column alone would let DROP ROLE succeed
+ * and leave a dangling OID behind, which a later role may get.  Two things
+ * prevent it.  rolemarker.c grants every role that the catalogs refer to
+ * USAGE on the marker type esrc.referenced_role, which PostgreSQL records:
+ * DROP ROLE refuses from every database ("1 object in database app").  And
+ * a ProcessUtility hook, in the database it runs in, where esrc is
+ * installed (and not while an extension script runs), says which esrc
+ * objects and does the bookkeeping:
  *
- *	DROP ROLE		after PostgreSQL's own processing (its permission and
- *					dependency checks come first), refuses with 2BP01 if an
- *					esrc object still refers to a dropped role, listing them
- *					as PostgreSQL lists a role's objects (at most
- *					MAX_REPORTED_DEPS in the message, all in the log).
+ *	DROP ROLE		before PostgreSQL's processing, for the roles PostgreSQL
+ *					would let the caller drop (its refusals for the caller's
+ *					rights come first, in its words), refuses with 2BP01 if
+ *					an esrc object refers to one, listing them as PostgreSQL
+ *					lists a role's objects (at most MAX_REPORTED_DEPS in the
+ *					message, all in the log); PostgreSQL's own refusal, for
+ *					the marker's grant, would only name the marker.  After
+ *					PostgreSQL's processing, the same check again (a role
+ *					recorded before 0.3.0 without the marker's grant).
  *	REASSIGN OWNED	after PostgreSQL's processing (which checks the
  *					caller's privileges on every role), moves the owner
  *					columns to the new role; consumers stay, as privileges
@@ -37,14 +44,14 @@
  *					otherwise; in a read-only transaction or on a standby
  *					it raises PostgreSQL's 25006 for DROP OWNED first.
  *
- * DROP ROLE is cluster-wide but the hook sees only the current database's
- * catalogs: a role that owns esrc objects in another database can still be
- * dropped from here.  The projection workers of that database notice the
- * missing owner at their next round (esrc_pause_ownerless_projections,
- * called by projworker.c) and pause the projection, recording why in
+ * A role that esrc's catalogs still name may be gone all the same: one
+ * dropped from another database before 0.3.0 (which had no marker).  The
+ * projection workers of that database notice the missing owner at their
+ * next round (esrc_pause_ownerless_projections, called by projworker.c)
+ * and pause the projection, recording why in
  * esrc.projection_partitions.last_error; reset_projection refuses to run
- * its reset function as a role that is gone.  docs/projections.md and
- * docs/subscriptions.md describe the limit.
+ * its reset function as a role that is gone.  docs/subscriptions.md has
+ * the query that finds such rows.
  *
  * Catalog statements run as the catalogs' owner, security-restricted, with
  * search_path pinned (ownerctx.c's esrc_run_as_owner, subcatalog.c's
@@ -57,6 +64,7 @@
 #include "base/base.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -130,7 +138,7 @@ esrc_check_owner_exists(Oid owner, const char *kind, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("owner of %s \"%s\" does not exist", kind, name),
-				 errdetail("Its owner, role %u, was dropped while connected to another database, where DROP ROLE does not check this database's esrc objects.",
+				 errdetail("Its owner, role %u, was dropped while connected to another database, before esrc 0.3.0 recorded the roles of its objects for DROP ROLE.",
 						   owner),
 				 errhint("A superuser can set its owner in esrc.%ss to an existing role, or drop the %s.",
 						 kind, kind)));
@@ -191,8 +199,9 @@ role_refs(Oid roleid, MemoryContext cxt, List **refs)
 }
 
 /*
- * DROP ROLE, after PostgreSQL dropped the roles in this transaction:
- * refuse if an esrc object of this database still refers to one of them.
+ * DROP ROLE, before PostgreSQL's processing (the roles it would let the
+ * caller drop) and after it (all of them, dropped in this transaction):
+ * refuse if an esrc object of this database refers to one of them.
  */
 static void
 check_dropped_roles(List *roleids, List *rolenames)
@@ -330,6 +339,44 @@ drop_owned(DropOwnedStmt *stmt)
 }
 
 /*
+ * The roles of DROP ROLE that exist, in its order, appended to roleids and
+ * rolenames.  Returns how many of the first ones PostgreSQL would let the
+ * caller drop: it stops at the first one it refuses for the caller's
+ * rights or as a special role, with its own message.
+ */
+static int
+drop_role_targets(DropRoleStmt *stmt, List **roleids, List **rolenames)
+{
+	ListCell   *lc;
+	int			droppable = 0;
+	bool		refused = false;
+
+	foreach(lc, stmt->roles)
+	{
+		RoleSpec   *spec = lfirst(lc);
+		Oid			roleid;
+
+		if (spec->roletype != ROLESPEC_CSTRING)
+		{
+			refused = true;		/* PostgreSQL refuses CURRENT_USER and the like */
+			continue;
+		}
+		roleid = get_role_oid(spec->rolename, true);
+		if (!OidIsValid(roleid))
+			continue;
+		*roleids = lappend_oid(*roleids, roleid);
+		*rolenames = lappend(*rolenames, pstrdup(spec->rolename));
+		if (roleid == GetUserId() || roleid == GetOuterUserId() ||
+			roleid == GetSessionUserId() || roleid == BOOTSTRAP_SUPERUSERID ||
+			!esrc_may_drop_role(roleid, superuser_arg(roleid)))
+			refused = true;
+		if (!refused)
+			droppable++;
+	}
+	return droppable;
+}
+
+/*
  * The hook.  The role OIDs of DROP ROLE are looked up before PostgreSQL
  * drops them; roles that do not exist (IF EXISTS) are PostgreSQL's
  * business.
@@ -350,21 +397,20 @@ owners_process_utility(PlannedStmt *pstmt, const char *queryString,
 		here = catalogs_here();
 	if (here && IsA(parsetree, DropRoleStmt))
 	{
-		ListCell   *lc;
+		int			droppable;
 
-		foreach(lc, ((DropRoleStmt *) parsetree)->roles)
-		{
-			RoleSpec   *spec = lfirst(lc);
-			Oid			roleid;
-
-			if (spec->roletype != ROLESPEC_CSTRING)
-				continue;
-			roleid = get_role_oid(spec->rolename, true);
-			if (!OidIsValid(roleid))
-				continue;
-			roleids = lappend_oid(roleids, roleid);
-			rolenames = lappend(rolenames, pstrdup(spec->rolename));
-		}
+		/*
+		 * esrc's listing first, for the roles PostgreSQL would let the
+		 * caller drop: its own check would refuse them for the marker's
+		 * grant ("privileges for type esrc.referenced_role"), which says
+		 * less.  PostgreSQL's refusals of the statement come before.
+		 */
+		PreventCommandIfReadOnly("DROP ROLE");
+		PreventCommandIfParallelMode("DROP ROLE");
+		PreventCommandDuringRecovery("DROP ROLE");
+		droppable = drop_role_targets((DropRoleStmt *) parsetree, &roleids, &rolenames);
+		check_dropped_roles(list_truncate(list_copy(roleids), droppable),
+							list_truncate(list_copy(rolenames), droppable));
 	}
 	else if (here && IsA(parsetree, DropOwnedStmt))
 	{
@@ -456,7 +502,7 @@ pause_ownerless(void)
 		ereport(WARNING,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("owner of projection \"%s\" does not exist, projection paused", names[i]),
-				 errdetail("Its owner, role %u, was dropped while connected to another database, where DROP ROLE does not check this database's esrc objects.",
+				 errdetail("Its owner, role %u, was dropped while connected to another database, before esrc 0.3.0 recorded the roles of its objects for DROP ROLE.",
 						   owners[i]),
 				 errhint("A superuser can set esrc.projections.owner to an existing role and call esrc.projection_resume(), or call esrc.drop_projection().")));
 	}

@@ -92,6 +92,32 @@ REVOKE ALL ON SEQUENCE esrc.projection_id_seq FROM PUBLIC;
 GRANT SELECT ON esrc.projections, esrc.projection_partitions, esrc.projection_skips TO esrc_reader;
 
 ------------------------------------------------------------------------
+-- The roles that esrc.projections and esrc.subscriptions refer to, as
+-- PostgreSQL sees them: every such role holds USAGE on the marker type
+-- esrc.referenced_role (which PUBLIC holds anyway: it grants nothing), so
+-- pg_shdepend records it and DROP ROLE refuses from every database
+-- (src/projection/rolemarker.c).  The triggers keep the grants.
+------------------------------------------------------------------------
+CREATE TYPE esrc.referenced_role AS ENUM ();
+COMMENT ON TYPE esrc.referenced_role IS
+    'Marker, without values: esrc grants USAGE on it (which PUBLIC holds anyway) to every role that esrc.projections or esrc.subscriptions refers to, so that PostgreSQL records the reference and DROP ROLE refuses from every database.';
+
+CREATE FUNCTION esrc.sync_referenced_roles() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'esrc_sync_referenced_roles';
+COMMENT ON FUNCTION esrc.sync_referenced_roles() IS
+    'Trigger function: grants USAGE on esrc.referenced_role to every role that esrc.projections or esrc.subscriptions refers to, and revokes it from the others.';
+REVOKE ALL ON FUNCTION esrc.sync_referenced_roles() FROM PUBLIC;
+
+CREATE TRIGGER subscriptions_referenced_roles
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF owner, consumers ON esrc.subscriptions
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.sync_referenced_roles();
+CREATE TRIGGER projections_referenced_roles
+    AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF owner ON esrc.projections
+    FOR EACH STATEMENT EXECUTE FUNCTION esrc.sync_referenced_roles();
+ALTER TABLE esrc.subscriptions ENABLE ALWAYS TRIGGER subscriptions_referenced_roles;
+ALTER TABLE esrc.projections ENABLE ALWAYS TRIGGER projections_referenced_roles;
+
+------------------------------------------------------------------------
 -- Functions.  Not SECURITY DEFINER: the C code checks the caller's rights
 -- (esrc_subscriber and esrc_reader to create; owner to drop, pause,
 -- resume, skip and reset) and writes the catalog as its owner,

@@ -10,7 +10,9 @@
 # the log as of the dump (COPY text of every column, and the stored size of
 # every jsonb value), keep the append-only triggers and the privileges,
 # continue the position sequence past every position the source handed
-# out, and continue every stream at the right version.
+# out, and continue every stream at the right version.  The roles that
+# esrc's catalogs refer to hold the marker esrc.referenced_role after each
+# restore, and after one without the dumped ACLs (pg_restore --no-acl).
 #
 # Snapshot tables (src/sql/10_snapshot.sql) are dumped with the extension
 # if they are configuration tables; this test checks the event log only.
@@ -45,6 +47,15 @@ SELECT esrc.append('blob-1', 'Large', jsonb_build_object('s', repeat('xyz', 1000
 -- many streams and events
 SELECT esrc.append('bulk-' || (i % 50), 'Bulk', jsonb_build_object('i', i)) FROM generate_series(1, 2000) i;
 SQL
+# roles that esrc's catalogs refer to hold USAGE on the marker
+# esrc.referenced_role (src/projection/rolemarker.c): restored with the dump
+$src->safe_psql('shop', <<'SQL');
+CREATE ROLE shop_owner IN ROLE esrc_subscriber, esrc_reader;
+SET ROLE shop_owner;
+SELECT esrc.create_subscription('shop_sub', ARRAY['order']);
+RESET ROLE;
+SELECT esrc.grant_subscription('shop_sub', 'shop_app');
+SQL
 # rolled-back appends leave holes in the positions
 $src->safe_psql('shop',
 	"BEGIN; SELECT esrc.append('rolled-1', 'Gone', '{}'); ROLLBACK;");
@@ -73,7 +84,11 @@ my $acl = "SELECT string_agg(p.oid::regprocedure::text || '=' || coalesce(p.proa
 my $triggers = "SELECT string_agg(tgname || '=' || tgenabled::text, ',' ORDER BY tgname)"
   . " FROM pg_trigger WHERE tgrelid = 'esrc.events'::regclass AND NOT tgisinternal";
 
+my $marker = "SELECT array_agg(a.grantee::regrole::text ORDER BY a.grantee::regrole::text)"
+  . " FROM pg_type t, aclexplode(t.typacl) a"
+  . " WHERE t.oid = 'esrc.referenced_role'::regtype AND a.grantee NOT IN (0, t.typowner)";
 my %before = (
+	marker => $src->safe_psql('shop', $marker),
 	copy => $src->safe_psql('shop', $copy),
 	sizes => $src->safe_psql('shop', $sizes),
 	seq => $src->safe_psql('shop', $seq),
@@ -128,6 +143,8 @@ for my $t ([ $dst, 'shop', 'pg_restore' ], [ $src, 'shop_plain', 'plain dump' ])
 	is($node->safe_psql($db, $seq), $before{seq},
 		"$what: the position sequence is where the source's was at dump time");
 	is($node->safe_psql($db, $acl), $before{acl}, "$what: function privileges restored");
+	is($node->safe_psql($db, $marker), $before{marker},
+		"$what: the roles of esrc's catalogs hold the marker ($before{marker})");
 	is($node->safe_psql($db, $triggers), $before{triggers},
 		"$what: the append-only triggers are restored and ENABLE ALWAYS");
 	is($node->safe_psql($db, "SELECT count(*) FROM esrc.events WHERE stream = 'held-1'"),
@@ -160,6 +177,17 @@ SQL
 	ok($n >= 55, "$what: appends continue at the right versions in all $n streams");
 	ok_checks($node, "$what, after more appends", $db);
 }
+
+# without the dumped ACLs, the COPY of the catalogs grants the marker
+# (esrc's triggers), and DROP ROLE from another database is refused
+$dst->safe_psql('postgres', 'CREATE DATABASE shop_noacl');
+command_ok([ 'pg_restore', '-d', $dst->connstr('shop_noacl'), '--exit-on-error', '--no-acl', $custom ],
+	'pg_restore --no-acl');
+is($dst->safe_psql('shop_noacl', $marker), $before{marker},
+	'pg_restore --no-acl: the roles of esrc\'s catalogs hold the marker');
+my ($drop_ok, $drop_out, $drop_err) = $dst->psql('postgres', 'DROP ROLE shop_owner');
+like($drop_err, qr/role "shop_owner" cannot be dropped because some objects depend on it.*object.*in database shop/s,
+	'restored: DROP ROLE of a subscription owner from another database is refused');
 
 # the writer role came with the globals and works on the restored database
 is($dst->safe_psql('shop', "SET ROLE shop_app; SELECT esrc.append('app-1', 'ByApp', '{}', NULL, -1)"),

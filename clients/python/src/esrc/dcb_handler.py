@@ -21,16 +21,15 @@ twice.
 """
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, Union
 
+from . import _retry
 from .dcb import AppendCondition, Query, QueryLike
 from .decider import Backoff, command_id_of, event_id
-from .errors import ConcurrencyError, DecodeError, RetriesExhausted
+from .errors import DecodeError
 from .events import NewEvent, RecordedEvent
 from .store import AsyncEventStore, EventStore
 
@@ -125,12 +124,12 @@ def _encode(store: EventStore | AsyncEventStore, decider: DcbDecider[Any, Any, A
             for i, e in enumerate(events)]
 
 
-def _exhausted(query: QueryLike, attempts: int, e: ConcurrencyError) -> RetriesExhausted:
-    return RetriesExhausted(
-        "decision on query %s gave up after %d attempts, each met 40001: %s"
-        % (query.as_json() if isinstance(query, Query) else dict(query), attempts, e.message),
-        sqlstate=e.sqlstate, detail=e.detail,
-        hint="The events of the query are written very often; raise max_attempts or narrow the query.")
+def _what(query: QueryLike) -> str:
+    """The target of a decision in the message of :class:`~esrc.RetriesExhausted`."""
+    return "decision on query %s" % (query.as_json() if isinstance(query, Query) else dict(query))
+
+
+_HINT = "The events of the query are written very often; raise max_attempts or narrow the query."
 
 
 class DcbCommandHandler(Generic[C, E, S]):
@@ -162,26 +161,22 @@ class DcbCommandHandler(Generic[C, E, S]):
         cid = command_id_of(command, command_id)
         q = _query(query, command)
         stream = self.decider.stream(command)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                with self.store.transaction():   # a 40001 of the commit comes as an EsrcError too
-                    state, after, read = self.read(q)
-                    done = _applied(read, cid)
-                    if done is not None:
-                        return DcbOutcome(done[-1].stream, done[-1].version,
-                                          tuple(e.event for e in done), state, after, attempt, cid, True)
-                    events = tuple(self.decider.decide(command, state))
-                    version = None
-                    if events:
-                        version = self.store.append_if(
-                            stream, _encode(self.store, self.decider, events, cid, metadata),
-                            _condition(q, after))
-                return DcbOutcome(stream, version, events, self.decider.fold(events, state), after, attempt, cid)
-            except ConcurrencyError as e:
-                if attempt >= self.max_attempts:
-                    raise _exhausted(q, attempt, e) from e
-                time.sleep(self.backoff.delay(attempt))
-        raise AssertionError("unreachable")
+
+        def attempt(n: int) -> DcbOutcome[E, S]:
+            with self.store.transaction():   # a 40001 of the commit comes as an EsrcError too
+                state, after, read = self.read(q)
+                done = _applied(read, cid)
+                if done is not None:
+                    return DcbOutcome(done[-1].stream, done[-1].version,
+                                      tuple(e.event for e in done), state, after, n, cid, True)
+                events = tuple(self.decider.decide(command, state))
+                version = None
+                if events:
+                    version = self.store.append_if(
+                        stream, _encode(self.store, self.decider, events, cid, metadata),
+                        _condition(q, after))
+            return DcbOutcome(stream, version, events, self.decider.fold(events, state), after, n, cid)
+        return _retry.run(self.max_attempts, self.backoff, _what(q), _HINT, attempt)
 
 
 def _condition(query: QueryLike, after: int) -> Any:
@@ -212,23 +207,19 @@ class AsyncDcbCommandHandler(Generic[C, E, S]):
         cid = command_id_of(command, command_id)
         q = _query(query, command)
         stream = self.decider.stream(command)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                async with self.store.transaction():
-                    state, after, read = await self.read(q)
-                    done = _applied(read, cid)
-                    if done is not None:
-                        return DcbOutcome(done[-1].stream, done[-1].version,
-                                          tuple(e.event for e in done), state, after, attempt, cid, True)
-                    events = tuple(self.decider.decide(command, state))
-                    version = None
-                    if events:
-                        version = await self.store.append_if(
-                            stream, _encode(self.store, self.decider, events, cid, metadata),
-                            _condition(q, after))
-                return DcbOutcome(stream, version, events, self.decider.fold(events, state), after, attempt, cid)
-            except ConcurrencyError as e:
-                if attempt >= self.max_attempts:
-                    raise _exhausted(q, attempt, e) from e
-                await asyncio.sleep(self.backoff.delay(attempt))
-        raise AssertionError("unreachable")
+
+        async def attempt(n: int) -> DcbOutcome[E, S]:
+            async with self.store.transaction():
+                state, after, read = await self.read(q)
+                done = _applied(read, cid)
+                if done is not None:
+                    return DcbOutcome(done[-1].stream, done[-1].version,
+                                      tuple(e.event for e in done), state, after, n, cid, True)
+                events = tuple(self.decider.decide(command, state))
+                version = None
+                if events:
+                    version = await self.store.append_if(
+                        stream, _encode(self.store, self.decider, events, cid, metadata),
+                        _condition(q, after))
+            return DcbOutcome(stream, version, events, self.decider.fold(events, state), after, n, cid)
+        return await _retry.run_async(self.max_attempts, self.backoff, _what(q), _HINT, attempt)

@@ -14,17 +14,14 @@ connection is not written twice.
 """
 from __future__ import annotations
 
-import asyncio
 import random
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import psycopg
-
-from .errors import ConcurrencyError, DecodeError, RetriesExhausted, from_psycopg
+from . import _retry
+from .errors import DecodeError
 from .events import _ERASED_DATA, DELETED, ERASED, EventTypes, NewEvent
 from .store import AsyncEventStore, EventStore
 
@@ -117,6 +114,8 @@ class CommandHandler(Generic[C, E, S]):
 
     def __init__(self, store: EventStore, decider: Decider[C, E, S], *, max_attempts: int = 10,
                  backoff: Backoff = Backoff(), use_snapshots: bool = True) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
         self.store = store
         self.decider = decider
         self.max_attempts = max_attempts
@@ -143,23 +142,16 @@ class CommandHandler(Generic[C, E, S]):
         """Load, decide, append with the loaded version; retried on 40001.
         Exceptions of ``decide`` reach the caller (nothing is written)."""
         cid = command_id_of(command, command_id)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                try:
-                    with self.store.conn.transaction():
-                        state, version = self.load(stream)
-                        events = tuple(self.decider.decide(command, state))
-                        if events:
-                            version = self.store.append_encoded(
-                                stream, _encode(self.store, events, cid, metadata), expected_version=version)
-                except psycopg.Error as pe:   # from the commit
-                    raise from_psycopg(pe) from pe
-                return Outcome(stream, version, events, self.decider.fold(events, state), attempt, cid)
-            except ConcurrencyError as e:
-                if attempt >= self.max_attempts:
-                    raise _exhausted(stream, attempt, e) from e
-                time.sleep(self.backoff.delay(attempt))
-        raise AssertionError("unreachable")
+
+        def attempt(n: int) -> Outcome[E, S]:
+            with self.store.conn.transaction():
+                state, version = self.load(stream)
+                events = tuple(self.decider.decide(command, state))
+                if events:
+                    version = self.store.append_encoded(
+                        stream, _encode(self.store, events, cid, metadata), expected_version=version)
+            return Outcome(stream, version, events, self.decider.fold(events, state), n, cid)
+        return _retry.run(self.max_attempts, self.backoff, "command on stream " + stream, _HINT, attempt)
 
 
 class AsyncCommandHandler(Generic[C, E, S]):
@@ -167,6 +159,8 @@ class AsyncCommandHandler(Generic[C, E, S]):
 
     def __init__(self, store: AsyncEventStore, decider: Decider[C, E, S], *, max_attempts: int = 10,
                  backoff: Backoff = Backoff(), use_snapshots: bool = True) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
         self.store = store
         self.decider = decider
         self.max_attempts = max_attempts
@@ -186,20 +180,17 @@ class AsyncCommandHandler(Generic[C, E, S]):
     async def handle(self, stream: str, command: C, *, command_id: uuid.UUID | None = None,
                      metadata: Mapping[str, Any] | None = None) -> Outcome[E, S]:
         cid = command_id_of(command, command_id)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                async with self.store.transaction():
-                    state, version = await self.load(stream)
-                    events = tuple(self.decider.decide(command, state))
-                    if events:
-                        version = await self.store.append_encoded(
-                            stream, _encode(self.store, events, cid, metadata), expected_version=version)
-                return Outcome(stream, version, events, self.decider.fold(events, state), attempt, cid)
-            except ConcurrencyError as e:
-                if attempt >= self.max_attempts:
-                    raise _exhausted(stream, attempt, e) from e
-                await asyncio.sleep(self.backoff.delay(attempt))
-        raise AssertionError("unreachable")
+
+        async def attempt(n: int) -> Outcome[E, S]:
+            async with self.store.transaction():
+                state, version = await self.load(stream)
+                events = tuple(self.decider.decide(command, state))
+                if events:
+                    version = await self.store.append_encoded(
+                        stream, _encode(self.store, events, cid, metadata), expected_version=version)
+            return Outcome(stream, version, events, self.decider.fold(events, state), n, cid)
+        return await _retry.run_async(self.max_attempts, self.backoff, "command on stream " + stream, _HINT,
+                                      attempt)
 
 
 def _encode(store: EventStore | AsyncEventStore, events: Sequence[object], cid: uuid.UUID,
@@ -207,8 +198,4 @@ def _encode(store: EventStore | AsyncEventStore, events: Sequence[object], cid: 
     return [store.types.encode(e, metadata=metadata, id=event_id(cid, i)) for i, e in enumerate(events)]
 
 
-def _exhausted(stream: str, attempts: int, e: ConcurrencyError) -> RetriesExhausted:
-    return RetriesExhausted(
-        "command on stream %s gave up after %d attempts, each met 40001: %s" % (stream, attempts, e.message),
-        sqlstate=e.sqlstate, detail=e.detail,
-        hint="The stream is written very often; raise max_attempts or make its commands rarer.")
+_HINT = "The stream is written very often; raise max_attempts or make its commands rarer."

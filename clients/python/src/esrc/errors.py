@@ -113,6 +113,10 @@ def from_psycopg(e: psycopg.Error) -> EsrcError:
         cls = _BY_SQLSTATE.get(sqlstate or "", EsrcError)
     diag = e.diag
     message = diag.message_primary or str(e).strip() or type(e).__name__
+    # the server raises 40001 for a failed append condition as for a wrong
+    # expected version (retry loops on 40001 cover both) and sets no field
+    # that tells them apart: its primary message does, as README's error
+    # table gives it ("condition of append to stream ... failed")
     if sqlstate == "40001" and message.startswith("condition of append"):
         cls = AppendConditionError
     return cls(message, sqlstate=sqlstate, detail=diag.message_detail,

@@ -68,6 +68,9 @@ public class EsrcException extends RuntimeException {
         }
         switch (state) {
             case "40001":
+                // 40001 for a failed append condition as for a wrong expected version (retry
+                // loops on 40001 cover both), with no field that tells them apart: the primary
+                // message does, as README's error table gives it ("condition of append to ...")
                 if (message.startsWith("condition of append")) {
                     return new AppendConditionFailedException(message, state, detail, hint, e);
                 }

@@ -1,18 +1,21 @@
 /*-------------------------------------------------------------------------
  *
- * forwarder.h
+ * forwardint.h
  *	  What the pieces of the Kafka forwarder share; private to them.
  *
- * The forwarder is seven files: forwarder.c (a worker: main loop, its
- * state, signals, sending batches through kafka.c), fwdlauncher.c (the
- * launcher: one worker per forwarded database), fwdconf.c (the GUCs,
- * their check hooks, topic names, the append-time checks, registering
- * the launcher), fwdread.c (reading batches and the forwarder's row from
- * PostgreSQL, as the extension's owner), fwdstatus.c (the status slots
- * in shared memory and the SQL functions that watch and steer workers),
- * fwdstandby.c (esrc.forwarder_standbys: waiting for the standbys before
- * a batch goes out) and fwddiverge.c (Kafka's position record against
- * the log at connect, and the operator's accepted divergences).
+ * The forwarder is nine files besides the librdkafka glue (kafka*.c,
+ * kafka.h): the worker is forwarder.c (its start, main loop and the waits
+ * of a turn), fwdconnect.c (its link to Kafka: settings, connect,
+ * back-off) and fwdsend.c (the sending of batches through kafka.c);
+ * fwdlauncher.c (the launcher: one worker per forwarded database),
+ * fwdconf.c (the GUCs, their check hooks, topic names, the append-time
+ * checks, registering the launcher), fwdread.c (reading batches and the
+ * forwarder's row from PostgreSQL, as the extension's owner), fwdstatus.c
+ * (the status slots in shared memory and the SQL functions that watch and
+ * steer workers), fwdstandby.c (esrc.forwarder_standbys: waiting for the
+ * standbys before a batch goes out) and fwddiverge.c (Kafka's position
+ * record against the log at connect, and the operator's accepted
+ * divergences).
  * The rest of esrc sees only what forward/forward.h declares.
  *
  * The worker's state below is written by the worker process only; in a
@@ -20,8 +23,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef ESRC_FORWARDER_H
-#define ESRC_FORWARDER_H
+#ifndef ESRC_FORWARDINT_H
+#define ESRC_FORWARDINT_H
 
 #include "nodes/pg_list.h"
 #include "access/xlogdefs.h"
@@ -171,7 +174,7 @@ typedef struct FwdConfig
 
 /*
  * Batches.  Two of them: while librdkafka sends one, the worker reads the
- * next into the other (see forward_batch, forwarder.c).
+ * next into the other (see fwd_forward_batch, fwdsend.c).
  */
 typedef struct Batch
 {
@@ -192,10 +195,36 @@ typedef struct Batch
 } Batch;
 
 /* The worker's state (forwarder.c) */
-extern FwdConfig fwd_cfg;
 extern char *fwd_served_database;
 extern int64 fwd_position;		/* last forwarded; -1 = not yet known */
 extern MemoryContext fwd_loop_cxt;	/* reset every turn of the loop */
+
+/* Waits while an open append holds the horizon back, doubling (ms) */
+#define HELD_WAIT_MIN_MS 1
+#define HELD_WAIT_MAX_MS 1000
+
+/* Its link to Kafka and its failures (fwdconnect.c) */
+extern FwdConfig fwd_cfg;
+extern EsrcKafka *fwd_kafka;	/* NULL = not connected */
+extern int	fwd_backoff_ms;		/* back-off after a failure, 0 = none */
+extern bool fwd_config_refused; /* Kafka refused the settings: wait for a
+								 * reload */
+extern int64 fwd_poison_position;	/* a record Kafka refuses (set by
+									 * fwdsend.c), 0 = none */
+
+extern void fwd_copy_config(void);
+extern void fwd_reload_config(void);
+extern void fwd_wait_latch(long timeout_ms);
+extern bool fwd_connect_kafka(void);
+extern void fwd_disconnect(void);
+extern void fwd_schedule_retry(void);
+extern void fwd_new_log(void);
+extern bool fwd_wait_for_retry(void);
+extern bool fwd_wait_if_diverged(long *held_wait);
+extern bool fwd_kafka_wait_hook(int64 waited_ms, const char *last_error);
+
+/* Sending a batch (fwdsend.c) */
+extern void fwd_forward_batch(Batch **curp, Batch **sparep, bool *prefetched);
 
 /* Its copy of esrc.forwarder_state and the mirror of the position (fwdread.c) */
 extern char fwd_log_id[40];		/* esrc.forwarder_state.log_id, "" = unknown */
@@ -246,7 +275,6 @@ extern void fwd_forget_logged_failure(void);
 extern void fwd_clear_last_error(void);
 extern void fwd_set_blocked(int64 position, const char *stream);
 extern void fwd_publish_progress(int64 position, int delivered);
-extern bool fwd_kafka_wait_hook(int64 waited_ms, const char *last_error);
 extern bool fwd_paused(void);
 extern void fwd_publish_log_id(const char *log_id);
 extern void fwd_report_standby_wait(const char *why, TimestampTz since, bool first);
@@ -273,7 +301,7 @@ typedef enum DivergenceCheck
 extern DivergenceCheck fwd_check_divergence(int64 kafka_position, const char *kafka_id,
 											int64 *after);
 
-/* The launcher (fwdlauncher.c) */
-extern void fwd_register_launcher(void);
+/* fwdconf.c: the GUCs and the append guard, from esrc_forwarder_init */
+extern void fwd_define_settings(void);
 
-#endif							/* ESRC_FORWARDER_H */
+#endif							/* ESRC_FORWARDINT_H */
