@@ -73,9 +73,13 @@
 # 4. batch_size 1, 100, 1000 ($BENCH_BATCH_SIZES) on the catch-up of the
 #    first $BENCH_BATCH_EVENTS (50,000) events' worth of a category of its
 #    own (1 worker, 1 partition).
+# 7. ratio (runs after 3): the ratios of 3 and 5 again, each against no
+#    projection in 10 s windows interleaved in the same run, with the
+#    machine's own spread (an A/A set) and appends per CPU-second; see the
+#    section's comment.
 #
 # Other knobs: BENCH_NO_BUILD=1 (skip make install), BENCH_SKIP="latency
-# catchup append pace cpu batch" (sections to leave out), BENCH_CONF="name = value;
+# catchup append pace cpu batch ratio" (sections to leave out), BENCH_CONF="name = value;
 # ..." (more server settings, e.g. "esrc.projection_batch_delay = 20ms"),
 # KEEP=1.
 # Nothing is asserted beyond the result checks; prints "name value" lines.
@@ -314,7 +318,7 @@ if [[ $SKIP != *" catchup "* ]]; then
 fi
 
 # --- 3. append throughput with projections -----------------------------
-if [[ $SKIP != *" append "* || $SKIP != *" pace "* || $SKIP != *" cpu "* ]]; then
+if [[ $SKIP != *" append "* || $SKIP != *" pace "* || $SKIP != *" cpu "* || $SKIP != *" ratio "* ]]; then
     psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE TABLE public.load_counts1 (LIKE public.bench_counts INCLUDING ALL);
 CREATE TABLE public.load_counts2 (LIKE public.bench_counts INCLUDING ALL);
@@ -440,6 +444,206 @@ if [[ $SKIP != *" append "* ]]; then
     echo "append_3_batch_projections_vs_floor $(ratio "${best[batch3]}" "${best[floor]}")x  median $(median "${fratios[batch3]}")x  (${fratios[batch3]} )"
     echo "append_rounds_behind_more_than_1s_of_appends_at_end proj3:${kept[proj3]:- none} batch3:${kept[batch3]:- none}"
     echo "append_tps_3_slow_projections ${best[slow3]}  $(ratio "${best[slow3]}" "${best[none]}")x  median $(median "${ratios[slow3]}")x  (${ratios[slow3]} )"
+fi
+
+# --- 7 (runs here). interleaved ratios: keeping up, paced burst ----------
+# The ratios of sections 3 and 5 compare windows minutes apart, and on a
+# shared machine the rate of "none" alone moves 2x between them.  Here each
+# ratio is of two windows side by side: a round is $BENCH_RATIO_SECONDS
+# (10) s of appends with no projection ("none") and the same with the
+# measured configuration, in alternating order (AB, then BA, ...), for
+# $BENCH_RATIO_PAIRS (6) rounds; printed: the median of the per-round
+# ratios, their min-max, and the machine's 1-minute load average before
+# each round (the run's own writers and workers count in it during the
+# windows; before a round they are idle).  The projections are created
+# once per set and stay; each configuration appends to a category of its
+# own (named after it, its streams as many and named alike), so "none"'s
+# appends wake no worker and leave nothing to apply.  Before every window
+# the projections have applied everything and a CHECKPOINT ran (both
+# windows pay the same full-page writes).  Sets ($BENCH_RATIO_SETS):
+#   keepup  none / proj3 (the 3 per-event projections, unpaced) / floor
+#           (the same upserts inline, section 3), so "against the floor"
+#           is of the same round.  "Keeping up" in a window: the lag of
+#           the slowest projection (events of its category appended
+#           since the window began minus those it applied), sampled every
+#           second and at pgbench's end, never exceeded one second of the
+#           window's appends (lag_max_s below); the events behind at the
+#           end are then applied before the next window, and that time
+#           (catchup_s) is printed and also charged: "charged" is the
+#           ratio of appends / (window + catch-up) against none's rate, a
+#           lower bound that counts the last events' work as if the
+#           writers had waited for it.
+#   paced   none / paced3 (the same 3 projections with
+#           esrc.projection_cost_delay/_limit = $BENCH_PACE): they lag
+#           during the window by design; printed are the peak lag, the
+#           catch-up time after the window and its rate (the next window
+#           starts once they caught up).  The issue's burst is 30 s;
+#           the pacing's steady state is reached within a second (a nap
+#           per cost_limit events), so 10 s windows measure the same rate.
+#   aa      none / none2 (the same appends to another category): the
+#           spread the machine alone gives a ratio of 1.00x; a ratio of
+#           the sets above is told from 1.00x only outside that spread.
+# Besides appends/s, each window's CPU time of the whole cluster (the
+# postmaster's reaped children, i.e. the writers' backends, and the live
+# processes, workers included; /proc/PID/stat), from before pgbench to
+# the end of the catch-up: "cpu" is the ratio of appends per CPU-second
+# against none's, the cost of the projections per append, which other
+# sessions' load on a shared machine moves much less than appends/s (it
+# leaves out waits: the WAL flushes of synchronous_commit are not CPU).
+# "cpu_window" counts the window only, without the catch-up after it:
+# for the paced set, what the writers pay during the burst.
+# The same lag query runs every second in every window, "none" included.
+if [[ $SKIP != *" ratio "* ]]; then
+    RW=${BENCH_RATIO_SECONDS:-10} RP=${BENCH_RATIO_PAIRS:-6}
+    # window CONFIG: sets win_tps, win_lag (max events behind, slowest),
+    # win_end (behind at the end), win_catch (s to apply it)
+    ratio_script() { # CONFIG -> the pgbench script of CONFIG
+        local c=$1 f="$dir/ratio-$1.sql"
+        if [ "$c" = floor ]; then
+            sed "s/'load-'/'floor-'/g" "$dir/floor.sql" >"$f"
+        else
+            sed "s/'load-'/'$c-'/g" "$dir/load.sql" >"$f"
+        fi
+        echo "$f"
+    }
+    cluster_cpu() { # CPU ticks of the cluster: the postmaster, its reaped children, the live ones
+        local pm p t
+        pm=$(head -1 "$dir/data/postmaster.pid")
+        t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+        for p in $(pgrep -P "$pm"); do
+            t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+        done
+        echo "$t"
+    }
+    ratio_projs() { # CONFIG -> the names of its projections
+        case $1 in proj3|paced3) echo "r${1}1 r${1}2 r${1}3" ;; *) echo "" ;; esac
+    }
+    lag_of() { # CONFIG LO A0... -> events behind of the slowest projection, events
+        # (one statement: the events and the applied counters of one snapshot)
+        local c=$1 lo=$2 names a0s; shift 2
+        names=$(ratio_projs "$c" | sed "s/\([^ ]*\)/'\1'/g; s/ /,/g")
+        a0s=$(IFS=,; echo "$*")
+        sql "WITH n AS (SELECT count(*) AS n FROM esrc.events WHERE category = '$c' AND position > $lo),
+                  a AS (SELECT p.name, sum(pp.applied) AS a FROM esrc.projection_partitions pp
+                        JOIN esrc.projections p ON p.id = pp.projection_id
+                        WHERE p.name IN (${names:-NULL}) GROUP BY p.name),
+                  z AS (SELECT * FROM unnest(ARRAY[${names:-NULL}]::text[], ARRAY[${a0s:-NULL}]::bigint[]) z(name, a0))
+             SELECT coalesce(max(n.n - (a.a - z.a0)), 0) || ' ' || min(n.n)
+             FROM n LEFT JOIN z ON true LEFT JOIN a USING (name)"
+    }
+    window() { # CONFIG
+        local c=$1 lo a0=() s pid t0 lag n x c0 c1
+        sql "CHECKPOINT" >/dev/null
+        c0=$(cluster_cpu)
+        lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
+        for s in $(ratio_projs "$c"); do a0+=("$(applied "$s")"); done
+        "$PG_BINDIR/pgbench" -n -c 8 -j 2 -T "$RW" -M prepared -f "$(ratio_script "$c")" >"$dir/pgbench.ratio" 2>&1 &
+        pid=$!
+        win_lag=0
+        while kill -0 "$pid" 2>/dev/null; do
+            sleep 1
+            read -r lag n <<<"$(lag_of "$c" "$lo" ${a0[@]+"${a0[@]}"})"
+            [ "$lag" -le "$win_lag" ] || win_lag=$lag
+        done
+        wait "$pid" || { cat "$dir/pgbench.ratio"; die "pgbench failed (ratio $c)"; }
+        c1=$(cluster_cpu)
+        t0=$(now_us)
+        read -r win_end n <<<"$(lag_of "$c" "$lo" ${a0[@]+"${a0[@]}"})"
+        [ "$win_end" -le "$win_lag" ] || win_lag=$win_end
+        win_tps=$(awk '/^tps = /{printf "%.0f", $3}' "$dir/pgbench.ratio")
+        x=0
+        for s in $(ratio_projs "$c"); do
+            x=$((x + 1)); wait_applied "$s" $((n + a0[x - 1]))
+        done
+        win_catch=$(python3 -c "print('%.2f' % (($(now_us) - $t0) / 1e6))")
+        # appends per CPU-second of the cluster, catch-up included
+        win_eff=$(python3 -c "print('%.1f' % ($n / max(($(cluster_cpu) - $c0) / $(getconf CLK_TCK), 0.01)))")
+        win_effw=$(python3 -c "print('%.1f' % ($n / max(($c1 - $c0) / $(getconf CLK_TCK), 0.01)))")
+    }
+    pyfmt() { python3 -c "import statistics as s, sys; v = [float(x) for x in sys.argv[1:]]; print('median %.2fx  min %.2fx  max %.2fx  (%s)' % (s.median(v), min(v), max(v), ' '.join('%.2f' % x for x in v)))" $1; }
+    ratio_set() { # SET CONFIG... (the first is the baseline)
+        local set=$1 c i r order base kept
+        shift
+        declare -A rs=() ch=() notkept=() cpu=() cpuw=()
+        local loads=""
+        for c in "$@"; do
+            i=0
+            for s in $(ratio_projs "$c"); do
+                i=$((i + 1))
+                sql "SELECT esrc.create_projection('$s', 'public.load_handler$i(esrc.event)', ARRAY['$c'], start => 'end')" >/dev/null
+            done
+        done
+        sleep 1
+        for r in $(seq 1 "$RP"); do
+            order="$*"
+            [ $((r % 2)) = 1 ] || order=$(tr ' ' '\n' <<<"$*" | tac | tr '\n' ' ')
+            loads="$loads $(cut -d' ' -f1 /proc/loadavg)"
+            declare -A t=() e=() w=()
+            for c in $order; do
+                window "$c"
+                t[$c]=$win_tps
+                e[$c]=$win_eff
+                w[$c]=$win_effw
+                kept=""
+                if [ -n "$(ratio_projs "$c")" ]; then
+                    kept=$(python3 -c "print('%.2f' % ($win_lag / max($win_tps, 1)))")
+                    printf '  %s round %d  %-6s %6s appends/s  %7s appends/cpu-s (%s in the window)  lag_max %s events (%ss of appends)  behind_at_end %s  catchup_s %s\n' \
+                        "$set" "$r" "$c" "$win_tps" "$win_eff" "$win_effw" "$win_lag" "$kept" "$win_end" "$win_catch"
+                    ch[$c]="${ch[$c]:-} $(python3 -c "print($win_tps * $RW / ($RW + $win_catch))")"
+                    if [ "$c" != paced3 ] && python3 -c "import sys; sys.exit(0 if $kept > 1 else 1)"; then
+                        notkept[$c]="${notkept[$c]:-} r$r"
+                    fi
+                else
+                    printf '  %s round %d  %-6s %6s appends/s  %7s appends/cpu-s\n' "$set" "$r" "$c" "$win_tps" "$win_eff"
+                fi
+            done
+            base=${t[$1]}
+            for c in "${@:2}"; do
+                rs[$c]="${rs[$c]:-} $(python3 -c "print(${t[$c]} / max($base, 1))")"
+                cpu[$c]="${cpu[$c]:-} $(python3 -c "print(${e[$c]} / max(${e[$1]}, 0.1))")"
+                cpuw[$c]="${cpuw[$c]:-} $(python3 -c "print(${w[$c]} / max(${w[$1]}, 0.1))")"
+                if [ -n "${ch[$c]:-}" ]; then
+                    ch[$c.r]="${ch[$c.r]:-} $(python3 -c "print(${ch[$c]##* } / max($base, 1))")"
+                fi
+            done
+            if [ -n "${t[floor]:-}" ] && [ -n "${t[proj3]:-}" ]; then
+                rs[proj3.floor]="${rs[proj3.floor]:-} $(python3 -c "print(${t[proj3]} / max(${t[floor]}, 1))")"
+            fi
+            unset t e w
+        done
+        for c in "$@"; do
+            for s in $(ratio_projs "$c"); do sql "SELECT esrc.drop_projection('$s')" >/dev/null; done
+        done
+        echo "ratio_${set}_machine load average (1 min) before each round:$loads; $(nproc) cores, shared"
+        for c in "${@:2}"; do
+            echo "ratio_${set}_${c}_vs_none $(pyfmt "${rs[$c]}")  ($RP rounds of ${RW}s windows)"
+            echo "ratio_${set}_${c}_vs_none_appends_per_cpu_second $(pyfmt "${cpu[$c]}")"
+            [ -z "$(ratio_projs "$c")" ] || echo "ratio_${set}_${c}_vs_none_appends_per_cpu_second_window_only $(pyfmt "${cpuw[$c]}")"
+            [ -z "${ch[$c.r]:-}" ] || echo "ratio_${set}_${c}_vs_none_charged_with_catchup $(pyfmt "${ch[$c.r]}")"
+            [ "$c" = paced3 ] || [ -z "$(ratio_projs "$c")" ] || echo "ratio_${set}_${c}_rounds_not_kept_up:${notkept[$c]:- none}  (lag above 1 s of appends)"
+        done
+        [ -z "${rs[proj3.floor]:-}" ] || echo "ratio_${set}_proj3_vs_floor $(pyfmt "${rs[proj3.floor]}")"
+    }
+    for set in ${BENCH_RATIO_SETS:-aa keepup paced}; do
+        case $set in
+        aa)
+            log "interleaved: none / none2 (the machine's own spread), $RP rounds of ${RW}s windows"
+            ratio_set aa none none2 ;;
+        keepup)
+            log "interleaved: none / 3 projections / floor, $RP rounds of ${RW}s windows"
+            ratio_set keepup none proj3 floor ;;
+        paced)
+            log "interleaved: none / 3 paced projections ($PACE_CONF), $RP rounds of ${RW}s windows"
+            sql "ALTER SYSTEM SET esrc.projection_cost_delay = '${PACE_CONF% *}'" >/dev/null
+            sql "ALTER SYSTEM SET esrc.projection_cost_limit = ${PACE_CONF#* }" >/dev/null
+            sql "SELECT pg_reload_conf()" >/dev/null
+            ratio_set paced none paced3
+            sql "ALTER SYSTEM RESET esrc.projection_cost_delay" >/dev/null
+            sql "ALTER SYSTEM RESET esrc.projection_cost_limit" >/dev/null
+            sql "SELECT pg_reload_conf()" >/dev/null ;;
+        *) die "BENCH_RATIO_SETS: unknown set $set" ;;
+        esac
+    done
 fi
 
 # --- 5 (runs here). pacing under a burst ---------------------------------

@@ -77,6 +77,10 @@ extern void esrc_projection_erase_clear(ProjErase *e);
 extern void esrc_projection_erase_note(ProjErase *e, struct TupleTableSlot *slot);
 extern void esrc_projection_erase_flush(ProjErase *e, Oid owner);
 
+/* projnarrow.c: one event a batch after a batch failed outside its handler */
+extern int64 esrc_projection_narrowed_until(int64 id);
+extern void esrc_projection_set_narrowed(int64 id, int64 until);
+
 /* projretry.c: the handlers a pg_proc change retries (projworker.c) */
 extern void esrc_projretry_init(void);
 extern bool esrc_projretry_pending(void);

@@ -31,7 +31,8 @@
  * invalidation: it may have been fixed; projretry.c) retries it.  The other
  * partitions go on.  A batch that fails outside the handler (at commit: a
  * deferred constraint of a table the handler wrote; in the checkpoint
- * write) is rolled back and counts the same way (batch_failed), but for a
+ * write) is rolled back and counts the same way (batch_failed; its events
+ * are then taken one a batch to find the failing one, projnarrow.c), but for a
  * deadlock or serialization failure (a reset or drop that came first, a
  * lease lost), which runs it again.  A handler may not drop or reset its
  * own projection (esrc_running_projection, projection.c).
@@ -143,22 +144,8 @@ typedef struct BatchAt
 	int64		covered;
 } BatchAt;
 
-/*
- * Projections whose batches take one event at a time up to a position,
- * after a batch of several failed outside the handler: the first of them
- * that fails is the event that failed it.  Per worker; forgotten at exit.
- */
-#define MAX_NARROWED	16
-
-typedef struct Narrowed
-{
-	int64		id;				/* the projection, 0 = free */
-	int64		until;
-} Narrowed;
-
 static char member[ESRC_MAX_MEMBER_NAME + 1];
 static BatchAt batch_at;
-static Narrowed narrowed[MAX_NARROWED];
 static bool drained = false;	/* the last batch took every event there was */
 static EsrcSubKey *held_keys = NULL;	/* subscriptions we may hold leases of */
 static int	nheld_keys = 0;
@@ -671,43 +658,6 @@ new_store(void)
 	return tuplestore_begin_heap(true, false, work_mem);
 }
 
-/* The position up to which projection id takes one event a batch; 0: none. */
-static int64
-narrowed_until(int64 id)
-{
-	int			i;
-
-	for (i = 0; i < MAX_NARROWED; i++)
-		if (narrowed[i].id == id)
-			return narrowed[i].until;
-	return 0;
-}
-
-/* Projection id takes one event a batch up to until (0: no longer). */
-static void
-set_narrowed(int64 id, int64 until)
-{
-	int			i;
-	int			free_slot = -1;
-
-	for (i = 0; i < MAX_NARROWED; i++)
-	{
-		if (narrowed[i].id == id)
-			break;
-		if (narrowed[i].id == 0 && free_slot < 0)
-			free_slot = i;
-	}
-	if (i == MAX_NARROWED)
-	{
-		if (until == 0)
-			return;
-		/* full: another projection's search starts over at its next failure */
-		i = free_slot >= 0 ? free_slot : (int) (id % MAX_NARROWED);
-	}
-	narrowed[i].id = until == 0 ? 0 : id;
-	narrowed[i].until = until;
-}
-
 /* Note the batch just fetched into ts (n events, up to covered). */
 static void
 note_batch(Tuplestorestate *ts, TupleTableSlot *slot, SubDef *def, int n, int64 covered)
@@ -784,7 +734,7 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	EsrcSubBatch b;
 	Applied		a;
 	TimestampTz now = GetCurrentTimestamp();
-	int64		until = narrowed_until(pj->id);
+	int64		until = esrc_projection_narrowed_until(pj->id);
 	int			np;
 	int			p;
 	int			limit;
@@ -832,7 +782,7 @@ run_batch(Proj *pj, TupleDesc desc, TupleTableSlot *slot, TimestampTz *next_retr
 	if (b.n > 0)
 		note_batch(ts, slot, def, b.n, b.covered);
 	if (until > 0 && (b.n == 0 || batch_at.position > until))
-		set_narrowed(pj->id, 0);	/* past the batch that failed */
+		esrc_projection_set_narrowed(pj->id, 0);	/* past the batch that failed */
 	if (b.n == 0)
 	{
 		/* moved past events of partitions not ours, or of none */
@@ -962,7 +912,7 @@ batch_failed(Proj *pj, ErrorData *edata)
 	}
 	if (batch_at.nevents > 1)
 	{
-		set_narrowed(pj->id, batch_at.covered);
+		esrc_projection_set_narrowed(pj->id, batch_at.covered);
 		ereport(WARNING,
 				(errmsg("projection \"%s\": batch rolled back: %s", pj->name, edata->message),
 				 errdetail("Its events are applied again one at a time, to find the one that fails.")));
