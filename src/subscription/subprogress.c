@@ -1,12 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * subprogress.c
- *	  Read-your-writes waits on a subscription's progress: the registry of
- *	  sessions waiting for a subscription's checkpoints to reach a position,
- *	  their wake-up at the commit of a transaction that moved those
- *	  checkpoints (an esrc.ack, a projection worker's batch) or changed what
- *	  the wait looks at (a projection's failure, pause or skip), and
- *	  esrc.wait_for_subscription().  esrc.wait_for_projection
+ *	  Read-your-writes waits on a subscription's progress: the check that a
+ *	  subscription's checkpoints have reached a position, the wait for it
+ *	  (registered in subnotify.c, which wakes it at the commit of a
+ *	  transaction that moved those checkpoints or changed what the wait
+ *	  looks at), and esrc.wait_for_subscription().  esrc.wait_for_projection
  *	  (projection/projwait.c) waits the same way on its hidden subscription.
  *
  * "Applied up to P" means: every event at a position <= P of the
@@ -63,180 +62,7 @@
 
 /* the longest sleep between two checks; a wake-up ends it sooner */
 #define WAIT_SAFETY_MS		1000
-/* subscriptions a transaction notes before it wakes every waiter of its database */
-#define MAX_NOTED			8
-
-typedef struct ProgressWaiter
-{
-	pg_atomic_uint32 active;
-	EsrcSubKey	key;
-} ProgressWaiter;
-
-typedef struct ProgressRegistry
-{
-	pg_atomic_uint32 nwaiting;
-	int			nentries;
-	ProgressWaiter entries[FLEXIBLE_ARRAY_MEMBER];
-} ProgressRegistry;
-
-static ProgressRegistry *registry = NULL;
-static bool callbacks_set = false;
-static bool registered = false;
-static int	nnoted = 0;
-static bool noted_all = false;
-static EsrcSubKey noted[MAX_NOTED];
-
 PG_FUNCTION_INFO_V1(esrc_wait_for_subscription);
-
-Size
-esrc_progress_shmem_size(void)
-{
-	return add_size(offsetof(ProgressRegistry, entries),
-					mul_size(MaxBackends, sizeof(ProgressWaiter)));
-}
-
-/* Attach to (or create) the registry; called with AddinShmemInitLock held. */
-void
-esrc_progress_shmem_init(void)
-{
-	bool		found;
-	int			i;
-
-	registry = ShmemInitStruct("esrc progress waiters", esrc_progress_shmem_size(), &found);
-	if (found)
-		return;
-	pg_atomic_init_u32(&registry->nwaiting, 0);
-	registry->nentries = MaxBackends;
-	for (i = 0; i < MaxBackends; i++)
-		pg_atomic_init_u32(&registry->entries[i].active, 0);
-}
-
-static void
-unregister(void)
-{
-	if (!registered)
-		return;
-	pg_atomic_write_u32(&registry->entries[esrc_my_procno()].active, 0);
-	pg_atomic_fetch_sub_u32(&registry->nwaiting, 1);
-	registered = false;
-}
-
-static void
-unregister_at_exit(int code, Datum arg)
-{
-	unregister();
-}
-
-/* Wake the waiters of the noted subscriptions; runs after the commit. */
-static void
-wake_noted(void)
-{
-	int			i;
-	int			j;
-
-	/* after the commit became visible */
-	pg_memory_barrier();
-	if (pg_atomic_read_u32(&registry->nwaiting) == 0)
-		return;
-	for (i = 0; i < registry->nentries; i++)
-	{
-		ProgressWaiter *w = &registry->entries[i];
-		bool		hit = false;
-
-		if (pg_atomic_read_u32(&w->active) == 0)
-			continue;
-		pg_read_barrier();
-		if (w->key.dbid != MyDatabaseId)
-			continue;
-		hit = noted_all;
-		for (j = 0; j < nnoted && !hit; j++)
-			hit = (w->key.id == noted[j].id && w->key.catalog == noted[j].catalog);
-		if (hit)
-			SetLatch(&ProcGlobal->allProcs[i].procLatch);
-	}
-}
-
-static void
-progress_xact_callback(XactEvent event, void *arg)
-{
-	if (nnoted == 0 && !noted_all)
-		return;
-	if (event == XACT_EVENT_COMMIT && registry != NULL)
-		wake_noted();
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
-	{
-		nnoted = 0;
-		noted_all = false;
-	}
-}
-
-/*
- * The current transaction moved the checkpoints of subscription subid of
- * this database, or changed what a wait on it looks at: wake its waiters
- * when it commits.  Cheap; does not ereport once set up.
- */
-void
-esrc_sub_progress_at_commit(int64 subid)
-{
-	Oid			catalog;
-	int			i;
-
-	if (!callbacks_set)
-	{
-		RegisterXactCallback(progress_xact_callback, NULL);
-		callbacks_set = true;
-	}
-	if (noted_all)
-		return;
-	catalog = esrc_relation_oid("subscriptions");
-	for (i = 0; i < nnoted; i++)
-		if (noted[i].id == subid && noted[i].catalog == catalog)
-			return;
-	if (nnoted == MAX_NOTED)
-	{
-		noted_all = true;
-		return;
-	}
-	noted[nnoted].dbid = MyDatabaseId;
-	noted[nnoted].catalog = catalog;
-	noted[nnoted++].id = subid;
-}
-
-/* Register this backend as waiting on key; before its first check. */
-static void
-register_waiter(const EsrcSubKey *key)
-{
-	ProgressWaiter *w;
-
-	esrc_require_shared();
-	if (registry == NULL || MyProc == NULL || esrc_my_procno() >= registry->nentries)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("this process cannot wait for a subscription's progress")));
-	if (!callbacks_set)
-	{
-		RegisterXactCallback(progress_xact_callback, NULL);
-		callbacks_set = true;
-	}
-	{
-		static bool exit_set = false;
-
-		if (!exit_set)
-		{
-			on_shmem_exit(unregister_at_exit, (Datum) 0);
-			exit_set = true;
-		}
-	}
-	unregister();
-	w = &registry->entries[esrc_my_procno()];
-	w->key = *key;
-	pg_write_barrier();
-	pg_atomic_write_u32(&w->active, 1);
-	registered = true;
-	/* full barrier: the check that follows reads the checkpoints */
-	pg_atomic_fetch_add_u32(&registry->nwaiting, 1);
-}
 
 /*
  * Common argument checks of the waits: position (not NULL, >= 0, not above
@@ -396,7 +222,7 @@ esrc_progress_wait(SubDef *def, long timeout_ms,
 	volatile bool done = false;
 	volatile bool polling = false;
 
-	register_waiter(&def->key);
+	esrc_progress_register(&def->key);
 	PG_TRY();
 	{
 		for (;;)
@@ -434,7 +260,7 @@ esrc_progress_wait(SubDef *def, long timeout_ms,
 	PG_FINALLY();
 	{
 		MemoryContextSwitchTo(old);
-		unregister();
+		esrc_progress_unregister();
 		if (polling)
 			esrc_wait_unregister();
 	}

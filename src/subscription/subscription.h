@@ -49,15 +49,22 @@ extern void esrc_wake_subscribers(Oid dbid, const uint64 *hashes, int nhashes,
 extern void esrc_wake_subscription(const EsrcSubKey *sub);
 
 /*
- * subprogress.c: read-your-writes waits on a subscription's checkpoints
- * (esrc.wait_for_subscription, and esrc.wait_for_projection on a
- * projection's subscription), woken by the commits that note the
- * subscription with esrc_sub_progress_at_commit.
+ * subnotify.c: the registry of sessions waiting for a subscription's
+ * progress, and their wake-up by the commits that note the subscription
+ * with esrc_sub_progress_at_commit.
  */
-struct SubDef;
 extern Size esrc_progress_shmem_size(void);
 extern void esrc_progress_shmem_init(void);
 extern void esrc_sub_progress_at_commit(int64 subid);
+extern void esrc_progress_register(const EsrcSubKey *key);
+extern void esrc_progress_unregister(void);
+
+/*
+ * subprogress.c: read-your-writes waits on a subscription's checkpoints
+ * (esrc.wait_for_subscription, and esrc.wait_for_projection on a
+ * projection's subscription).
+ */
+struct SubDef;
 extern long esrc_progress_wait_args(FunctionCallInfo fcinfo, const char *fname,
 									int64 *position);
 extern bool esrc_sub_applied_upto(struct SubDef *def, int64 position,
@@ -142,6 +149,8 @@ extern char *member_name_arg(FunctionCallInfo fcinfo, int argno);
 extern ArrayType *check_name_array(FunctionCallInfo fcinfo, int argno, const char *what,
 								   int maxlen, int maxcount, bool is_category);
 extern int64 subscription_horizon(SubDef *def);
+extern void check_position_in_log(int64 position, int64 horizon, int ncats,
+								  const char *hint);
 extern int64 subscription_start_position(const char *start, ArrayType *cats);
 extern int64 subscription_insert(const char *name, Oid owner, ArrayType *cats,
 								 int32 partitions, int64 checkpoint, bool projection);
