@@ -436,34 +436,8 @@ REVOKE ALL ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boo
                        esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[], boolean),
                        esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)
     FROM PUBLIC;
-DO $acl$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN
-        SELECT v.new_fn, a.grantee, a.is_grantable
-        FROM (VALUES ('esrc.create_snapshot_0_2_0(text, text, regprocedure, jsonb)',
-                      'esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)'),
-                     ('esrc.create_subscription_0_2_0(text, text[], integer, text, text[], jsonb)',
-                      'esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[], boolean)'),
-                     ('esrc.create_projection_0_2_0(text, regprocedure, text[], integer, integer, text, regprocedure)',
-                      'esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)'))
-             AS v(old_fn, new_fn)
-        JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) v.old_fn::pg_catalog.regprocedure
-        CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-        WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', r.new_fn,
-                                  CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                                       ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(r.grantee)) END,
-                                  CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END
-$acl$;
-DROP FUNCTION esrc.create_snapshot_0_2_0(text, text, regprocedure, jsonb),
-              esrc.create_subscription_0_2_0(text, text[], integer, text, text[], jsonb),
-              esrc.create_projection_0_2_0(text, regprocedure, text[], integer, integer, text, regprocedure);
+-- (The EXECUTE grants of the old ones are carried over at the end of this
+-- script, after every GRANT of esrc's own on the new ones.)
 
 GRANT USAGE ON SCHEMA esrc TO esrc_snapshot_manager;
 GRANT EXECUTE ON FUNCTION esrc.create_snapshot(text, text, regprocedure, jsonb, boolean),
@@ -642,3 +616,27 @@ ALTER TABLE esrc.projections ENABLE ALWAYS TRIGGER projections_referenced_roles;
 -- the trigger (a statement trigger fires for no row too).  Roles dropped
 -- before this upgrade cannot get it; docs/subscriptions.md finds them.
 UPDATE esrc.subscriptions SET owner = owner WHERE false;
+
+------------------------------------------------------------------------
+-- Last: the EXECUTE grants of the three functions whose signature changed
+-- (create_snapshot, create_subscription, create_projection) carried over
+-- from the old ones, which are then dropped.  They are the user's, not
+-- the extension's: made outside its initial privileges
+-- (src/base/extacl.c), so that pg_dump dumps them like any grant; and
+-- after every GRANT of esrc's own on the new functions, each of which
+-- records the function's whole ACL as its initial privileges.
+------------------------------------------------------------------------
+CREATE FUNCTION esrc.carry_over_execute_0_3_0(regprocedure, regprocedure) RETURNS integer
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'esrc_carry_over_execute';
+SELECT esrc.carry_over_execute_0_3_0(v.old_fn::pg_catalog.regprocedure, v.new_fn::pg_catalog.regprocedure)
+FROM (VALUES ('esrc.create_snapshot_0_2_0(text, text, regprocedure, jsonb)',
+              'esrc.create_snapshot(text, text, regprocedure, jsonb, boolean)'),
+             ('esrc.create_subscription_0_2_0(text, text[], integer, text, text[], jsonb)',
+              'esrc.create_subscription(text, text[], integer, text, text[], jsonb, text[], boolean)'),
+             ('esrc.create_projection_0_2_0(text, regprocedure, text[], integer, integer, text, regprocedure)',
+              'esrc.create_projection(text, regprocedure, text[], integer, integer, text, regprocedure, boolean, regclass[], text)'))
+     AS v(old_fn, new_fn);
+DROP FUNCTION esrc.carry_over_execute_0_3_0(regprocedure, regprocedure);
+DROP FUNCTION esrc.create_snapshot_0_2_0(text, text, regprocedure, jsonb),
+              esrc.create_subscription_0_2_0(text, text[], integer, text, text[], jsonb),
+              esrc.create_projection_0_2_0(text, regprocedure, text[], integer, integer, text, regprocedure);

@@ -114,6 +114,9 @@ typedef struct EsrcOwnerContext
 	int			gucs;			/* GUC nest level opened; 0 = none */
 } EsrcOwnerContext;
 
+/* extacl.c: a GRANT or REVOKE (SPI connected) not recorded in pg_init_privs */
+extern void esrc_run_acl_outside_extension(const char *sql);
+
 /* does the role exist (syscache; no error) */
 extern bool esrc_role_exists(Oid roleid);
 /* 42704 when the owner of an object (kind "projection", ...) is gone */

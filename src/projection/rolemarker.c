@@ -32,11 +32,11 @@
  *	  ours started is not taken for gone;
  *	- as the marker's owner, security-restricted, search_path pinned
  *	  (ownerctx.c): the caller needs no privilege on the marker;
- *	- with creating_extension off for the GRANT and REVOKE, so that grants
- *	  made inside an extension script (the upgrade) are not recorded as the
- *	  marker's initial privileges in pg_init_privs: pg_dump dumps the grants
- *	  relative to those, and a restored database (a fresh CREATE EXTENSION)
- *	  must get them back.
+ *	- with creating_extension off for the GRANT and REVOKE (base/extacl.c),
+ *	  so that grants made inside an extension script (the upgrade) are not
+ *	  recorded as the marker's initial privileges in pg_init_privs: pg_dump
+ *	  dumps the grants relative to those, and a restored database (a fresh
+ *	  CREATE EXTENSION) must get them back.
  *
  * Roles that no longer exist (dropped before 0.3.0) are skipped: nothing
  * can be granted to them; docs/subscriptions.md has the query that finds
@@ -50,7 +50,6 @@
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -120,27 +119,6 @@ marker_owner(Oid marker)
 	return owner;
 }
 
-/* run one GRANT or REVOKE, not recorded as an initial privilege */
-static void
-run_acl_statement(const char *sql)
-{
-	bool		save_creating = creating_extension;
-	int			rc;
-
-	creating_extension = false;
-	PG_TRY();
-	{
-		rc = SPI_execute(sql, false, 0);
-		if (rc != SPI_OK_UTILITY)
-			elog(ERROR, "\"%s\" failed: %s", sql, SPI_result_code_string(rc));
-	}
-	PG_FINALLY();
-	{
-		creating_extension = save_creating;
-	}
-	PG_END_TRY();
-}
-
 /* grant and revoke as the diff says; SPI connected, in the owner context */
 static void
 sync_marker(Oid marker)
@@ -172,10 +150,10 @@ sync_marker(Oid marker)
 		appendStringInfo(buf, "%s%s", buf->len > 0 ? ", " : "", quote_identifier(role));
 	}
 	if (grant.len > 0)
-		run_acl_statement(psprintf("GRANT USAGE ON TYPE " MARKER_QUALIFIED " TO %s",
+		esrc_run_acl_outside_extension(psprintf("GRANT USAGE ON TYPE " MARKER_QUALIFIED " TO %s",
 								   grant.data));
 	if (revoke.len > 0)
-		run_acl_statement(psprintf("REVOKE USAGE ON TYPE " MARKER_QUALIFIED " FROM %s",
+		esrc_run_acl_outside_extension(psprintf("REVOKE USAGE ON TYPE " MARKER_QUALIFIED " FROM %s",
 								   revoke.data));
 }
 

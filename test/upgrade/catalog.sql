@@ -79,18 +79,18 @@ WITH ext AS (
                                       FROM pg_catalog.unnest(n.nspacl) x)::text, 'default')
     FROM pg_catalog.pg_namespace n WHERE n.nspname = 'esrc'
     UNION ALL
-    -- initial privileges (pg_init_privs) of types, as sets: pg_dump dumps
-    -- the members' ACLs relative to them, so an upgrade must record what a
-    -- fresh install records (no grant of the esrc.referenced_role marker).
-    -- Types only: the 0.2.0 to 0.3.0 script carries a user's grant on
-    -- esrc.create_snapshot over as an initial privilege (not yet fixed)
+    -- initial privileges (pg_init_privs) of types and functions, as sets:
+    -- pg_dump dumps the members' ACLs relative to them, so an upgrade must
+    -- record what a fresh install records (no grant of the
+    -- esrc.referenced_role marker; a user's EXECUTE on create_snapshot
+    -- carried over by the 0.2.0 to 0.3.0 script is the user's, not one)
     SELECT 'init privs ' || i.type || ' ' || i.identity || ' ' || ip.privtype::text || ' ' ||
            coalesce((SELECT pg_catalog.array_agg(x::text ORDER BY x::text)
                      FROM pg_catalog.unnest(ip.initprivs) x)::text, '')
     FROM pg_catalog.pg_init_privs ip
     JOIN members m ON m.classid = ip.classoid AND m.objid = ip.objoid
     CROSS JOIN LATERAL pg_catalog.pg_identify_object(ip.classoid, ip.objoid, ip.objsubid) i
-    WHERE ip.classoid = 'pg_catalog.pg_type'::regclass
+    WHERE ip.classoid IN ('pg_catalog.pg_type'::regclass, 'pg_catalog.pg_proc'::regclass)
     UNION ALL
     -- tables pg_dump dumps with the database
     SELECT 'config dump ' || cfg::regclass::text
