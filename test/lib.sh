@@ -96,9 +96,42 @@ package_install() {
     export ESRC_INSTALLED_PACKAGE=$pkg
 }
 
-# A free TCP port on 127.0.0.1.
+# A free TCP port on 127.0.0.1, reserved for two hours: a file per port in
+# /tmp/esrc-ports, created exclusively, so that two calls (of this driver,
+# or of another suite on the same machine) never get the same port between
+# the call and the server's bind.
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    python3 -c '
+import os, socket, time
+d = "/tmp/esrc-ports"
+try:
+    os.mkdir(d)
+    os.chmod(d, 0o1777)
+except FileExistsError:
+    pass
+for _ in range(200):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    f = os.path.join(d, str(port))
+    try:
+        if time.time() - os.stat(f).st_mtime < 7200:
+            continue
+        os.unlink(f)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        continue
+    try:
+        os.close(os.open(f, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    except FileExistsError:
+        continue
+    print(port)
+    break
+else:
+    raise SystemExit("free_port: no free port after 200 tries")
+'
 }
 
 # A fresh directory owned by the test user (call ensure_deps first: it
