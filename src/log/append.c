@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * append.c
- *	  The write path: esrc.append() and esrc.append_batch().
+ *	  The write path: esrc.append(), esrc.append_batch() and esrc.append_if()
+ *	  (its condition parsed and checked by query.c).
  *
  * An append, in order:
  *	 1. checks its input (nothing is locked or written for bad input), event
@@ -87,102 +88,12 @@ const EsrcAppendGuard *esrc_append_guard = NULL;
 
 PG_FUNCTION_INFO_V1(esrc_append);
 PG_FUNCTION_INFO_V1(esrc_append_batch);
+PG_FUNCTION_INFO_V1(esrc_append_if);
 
 /* expected_version sentinels */
 #define EXPECT_NO_STREAM	(-1)
 #define EXPECT_EXISTS		(-2)
 
-
-/*
- * Check a stream name, event type or category given as text and return it
- * as a C string.  NULL, empty, overlong names and control characters are
- * refused with a clear error.
- */
-char *
-esrc_check_name(text *value, const char *what, int maxlen)
-{
-	char	   *s;
-	int			len;
-	int			i;
-
-	if (value == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
-	len = VARSIZE_ANY_EXHDR(value);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
-	if (len > maxlen)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("%s is too long", what),
-				 errdetail("The limit is %d bytes; the value has %d bytes.",
-						   maxlen, len)));
-	s = text_to_cstring(value);
-	for (i = 0; i < len; i++)
-	{
-		unsigned char c = (unsigned char) s[i];
-
-		if (c < 0x20 || c == 0x7f)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s must not contain control characters", what),
-					 errdetail("Byte %d of the value is 0x%02x.", i + 1, c)));
-	}
-	return s;
-}
-
-/*
- * The category of a stream: the part of its name before the first "-".
- */
-char *
-esrc_stream_category(const char *stream)
-{
-	const char *dash = strchr(stream, '-');
-
-	if (dash == NULL)
-		return pstrdup(stream);
-	return pnstrdup(stream, dash - stream);
-}
-
-char *
-esrc_check_stream_name(text *value)
-{
-	char	   *stream = esrc_check_name(value, "stream name", ESRC_MAX_STREAM_NAME);
-
-	if (stream[0] == '-')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("stream name must not start with \"-\""),
-				 errdetail("The category of a stream is the part of its name before the first \"-\", and it must not be empty.")));
-	return stream;
-}
-
-/*
- * Event types that begin with "esrc." are esrc's own (the tombstones of
- * esrc.erase_stream and esrc.delete_stream, log.h): a user's append of
- * one is refused, so that no user event can pass for a tombstone (the
- * Kafka forwarder sends those with a null value).
- */
-bool
-esrc_is_system_type(const char *type, int len)
-{
-	int			plen = strlen(ESRC_RESERVED_TYPE_PREFIX);
-
-	return len >= plen && memcmp(type, ESRC_RESERVED_TYPE_PREFIX, plen) == 0;
-}
-
-/* Is type (len bytes) the type of a tombstone (esrc.erased, esrc.deleted)? */
-bool
-esrc_is_tombstone_type(const char *type, int len)
-{
-	return (len == strlen(ESRC_TYPE_ERASED) &&
-			memcmp(type, ESRC_TYPE_ERASED, len) == 0) ||
-		(len == strlen(ESRC_TYPE_DELETED) &&
-		 memcmp(type, ESRC_TYPE_DELETED, len) == 0);
-}
 
 static char *
 check_user_type(char *type, const char *what)
@@ -328,27 +239,6 @@ esrc_free_write_estate(EState *estate, ResultRelInfo *rri)
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
-}
-
-/*
- * The row type of esrc.events is the one the Anum_events_* numbers (log.h)
- * describe, in the columns that appends and reads use by number; both
- * check it after opening the log.
- */
-void
-esrc_check_log_rowtype(Relation rel)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-
-	if (desc->natts < Natts_events_min || desc->natts > Natts_events ||
-		TupleDescAttr(desc, Anum_events_position - 1)->atttypid != INT8OID ||
-		TupleDescAttr(desc, Anum_events_stream - 1)->atttypid != TEXTOID ||
-		TupleDescAttr(desc, Anum_events_version - 1)->atttypid != INT8OID ||
-		TupleDescAttr(desc, Anum_events_id - 1)->atttypid != UUIDOID ||
-		TupleDescAttr(desc, Anum_events_category - 1)->atttypid != TEXTOID ||
-		(desc->natts >= Anum_events_tags &&
-		 TupleDescAttr(desc, Anum_events_tags - 1)->atttypid != TEXTARRAYOID))
-		elog(ERROR, "esrc.events has an unexpected row type");
 }
 
 /*
@@ -1082,6 +972,34 @@ esrc_append_batch(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(append_events(stream, nevents, events, PG_ARGISNULL(2),
 								  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2),
 								  false, NULL));
+}
+
+/*
+ * esrc.append_if(stream, events jsonb, condition jsonb, expected_version
+ * DEFAULT NULL)
+ */
+Datum
+esrc_append_if(PG_FUNCTION_ARGS)
+{
+	char	   *stream;
+	int			nevents;
+	EventInput *events;
+	DcbCondition *cond;
+
+	PreventCommandIfReadOnly("esrc.append_if()");
+	stream = esrc_check_stream_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("events must not be null")));
+	events = esrc_parse_batch(PG_GETARG_JSONB_P(1), &nevents);
+	cond = esrc_condition_arg(fcinfo, 2);
+	esrc_check_expected(PG_ARGISNULL(3), PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3));
+	esrc_check_condition_after(cond);
+
+	PG_RETURN_INT64(esrc_append_checked(stream, nevents, events, PG_ARGISNULL(3),
+										PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3),
+										cond));
 }
 
 /*

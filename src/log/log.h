@@ -148,7 +148,7 @@ extern void esrc_name_locktag(struct LOCKTAG *tag, const char *name, uint16 spac
 /* before ALTER EXTENSION esrc UPDATE to 0.3.0: no tags */
 #define Natts_events_min		9
 
-/* append.c: refuse an esrc.events whose columns are not those above */
+/* logscan.c: refuse an esrc.events whose columns are not those above */
 struct RelationData;
 extern void esrc_check_log_rowtype(struct RelationData *rel);
 
@@ -164,7 +164,7 @@ extern void esrc_free_write_estate(struct EState *estate,
 /* jsonsize.c: the length of a jsonb value as JSON text, stopping past limit */
 extern Size esrc_jsonb_text_size(Jsonb *jb, Size limit);
 
-/* append.c: input checks shared with read.c */
+/* names.c: the checks of names, shared by appends, reads and the life cycle */
 extern char *esrc_check_name(text *value, const char *what, int maxlen);
 extern char *esrc_stream_category(const char *stream);
 
@@ -187,8 +187,8 @@ extern int64 esrc_append_system_event(const char *stream, const char *type,
 									  Jsonb *data);
 
 /*
- * read.c: index scans of esrc.events, for the read functions and for
- * the snapshot replays (snapbuild.c, snapread.c).  The first
+ * logscan.c: index scans of esrc.events, for the read functions, the
+ * stream rules and the snapshot replays (snapbuild.c, snapread.c).  The first
  * ESRC_EVENT_NATTS columns of esrc.events are the columns of the row type
  * esrc.event.
  */

@@ -212,6 +212,8 @@ extern void esrc_lock_event_keys(int nevents, const EventInput *events,
 
 /* query.c */
 extern void esrc_check_condition(const DcbCondition *cond, const char *stream);
+extern DcbCondition *esrc_condition_arg(FunctionCallInfo fcinfo, int n);
+extern void esrc_check_condition_after(const DcbCondition *cond);
 /* idcheck.c: an idempotent retry must give the stored event again */
 extern void esrc_check_retry_matches(struct TupleTableSlot *slot, pg_uuid_t *id,
 									 const char *type, Jsonb *data, Jsonb *metadata);

@@ -2,8 +2,8 @@
  *
  * query.c
  *	  Reads by query and conditional appends (dynamic consistency
- *	  boundaries, docs/dcb.md): esrc.read_query(), esrc.explain_query() and
- *	  esrc.append_if().
+ *	  boundaries, docs/dcb.md): esrc.read_query(), esrc.explain_query(), and
+ *	  the condition of esrc.append_if() (whose entry point is append.c's).
  *
  * A query is {"items": [{"types": [...], "tags": [...]}, ...]}: an event
  * matches when it matches one item; it matches an item when its type is
@@ -62,7 +62,6 @@
 
 PG_FUNCTION_INFO_V1(esrc_read_query);
 PG_FUNCTION_INFO_V1(esrc_explain_query);
-PG_FUNCTION_INFO_V1(esrc_append_if);
 
 #define QUERY_HINT "A query is {\"items\": [{\"types\": [\"T\", ...], \"tags\": [\"t\", ...]}, ...]}; each item needs types or tags or both."
 
@@ -610,26 +609,20 @@ parse_condition(Jsonb *jb)
 }
 
 /*
- * esrc.append_if(stream, events jsonb, condition jsonb, expected_version
- * DEFAULT NULL)
+ * The condition argument n of esrc.append_if (append.c):
+ * {"fail_if_events_match": query, "after": position}; then
+ * esrc_check_condition_after, once the other arguments are checked.
  */
-Datum
-esrc_append_if(PG_FUNCTION_ARGS)
+DcbCondition *
+esrc_condition_arg(FunctionCallInfo fcinfo, int n)
 {
-	char	   *stream;
-	int			nevents;
-	EventInput *events;
-	DcbCondition *cond;
+	return parse_condition(jsonb_arg(fcinfo, n, "condition"));
+}
 
-	PreventCommandIfReadOnly("esrc.append_if()");
-	stream = esrc_check_stream_name(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	events = esrc_parse_batch(jsonb_arg(fcinfo, 1, "events"), &nevents);
-	cond = parse_condition(jsonb_arg(fcinfo, 2, "condition"));
-	esrc_check_expected(PG_ARGISNULL(3), PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3));
+/* "after" of a condition must be at most the safe horizon */
+void
+esrc_check_condition_after(const DcbCondition *cond)
+{
 	check_position_arg("after", cond->after,
 					   esrc_safe_position(esrc_relation_oid("position_seq")));
-
-	PG_RETURN_INT64(esrc_append_checked(stream, nevents, events, PG_ARGISNULL(3),
-										PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3),
-										cond));
 }

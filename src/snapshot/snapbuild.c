@@ -103,7 +103,7 @@ erased_stream(TupleTableSlot *slot, const char *stream, Snapshot snap)
  * snap_with_fold().
  *
  * The events are read, as the caller, by an index scan of the category in
- * esrc.events (read.c), so the cost follows the size of the category, not
+ * esrc.events (logscan.c), so the cost follows the size of the category, not
  * of the log, and sorted by stream (in the "C" order, the cheapest) and
  * version in a tuplesort, which spills to disk past work_mem: bounded
  * memory for a category of any size.

@@ -199,7 +199,7 @@ check_visible_version(const char *stream, int64 version, Snapshot snap)
  * esrc.snapshot_at(snapshot, stream, version): replay the stream's events
  * up to version through the reducer.  Reads the events as the caller, by
  * an index scan of (stream, version) with the caller's snapshot rules
- * (read.c); runs the reducer as the snapshot's owner.  A stream erased by
+ * (logscan.c); runs the reducer as the snapshot's owner.  A stream erased by
  * esrc.erase_stream raises 55000 before anything is replayed.
  */
 Datum

@@ -30,7 +30,7 @@
 #include "base/base.h"
 #include "log/log.h"
 
-/* the columns of esrc.event: the first ones of esrc.events (read.c) */
+/* the columns of esrc.event: the first ones of esrc.events (logscan.c) */
 #define EVENT_NATTS ESRC_EVENT_NATTS
 
 typedef enum SnapshotPlan

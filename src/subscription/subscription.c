@@ -41,7 +41,7 @@
  * esrc.subscriptions, security-restricted, with every operator
  * qualified (subcatalog.c); the functions pin search_path.  The events are read as the
  * caller, with the caller's privilege on esrc.events, by index scans
- * (read.c).
+ * (logscan.c).
  *
  *-------------------------------------------------------------------------
  */
