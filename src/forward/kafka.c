@@ -14,7 +14,7 @@
  * kafkaint.h has what the four files share.
  *
  * Threads: librdkafka runs its own threads, its main thread at a lower
- * priority than the worker (kafka_new_rk).  They never call into
+ * priority than the worker (kafka_new_rk, kafkaproc.c).  They never call into
  * PostgreSQL (their log lines and errors go to kafkaconf.c's ring
  * buffer), and delivery reports are served by rd_kafka_poll()/flush() in
  * the worker's own thread, where kafka_dr_cb writes nothing but two
@@ -24,8 +24,8 @@
  *
  * Waiting: every blocking librdkafka call gets a short timeout and is
  * repeated (the transactional calls are resumable), with
- * CHECK_FOR_INTERRUPTS() in between (kafka_between_slices), so SIGTERM
- * and postmaster death are honoured within about a second.  Nothing here
+ * CHECK_FOR_INTERRUPTS() in between (kafka_between_slices, kafkaproc.c),
+ * so SIGTERM and postmaster death are honoured within about a second.  Nothing here
  * raises an ERROR for a Kafka failure: the caller gets an EsrcKafkaStatus
  * and a message.
  *
@@ -47,31 +47,22 @@
  * docs/forwarder.md for the failure analysis.
  *
  * Talks to: the worker (fwdconnect.c, fwdsend.c, forwarder.c: its only
- * callers, through kafka.h), kafkaconf.c,
- * kafkatopic.c, kafkapos.c.
+ * callers, through kafka.h), kafkaconf.c, kafkatopic.c, kafkapos.c,
+ * kafkaproc.c.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <librdkafka/rdkafka.h>
 
 #include "miscadmin.h"
 #include "portability/instr_time.h"
-#include "storage/ipc.h"
-#include "storage/pmsignal.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "kafka.h"
 #include "kafkaint.h"
-
-EsrcKafkaWaitHook esrc_kafka_wait_hook = NULL;
 
 static uint32 dr_gen = 0;		/* last generation handed out (POSITION_INDEX) */
 
@@ -106,61 +97,9 @@ kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 }
 
 /* ----------------------------------------------------------------
- * Waiting
+ * Errors of librdkafka's transactional calls
  * ----------------------------------------------------------------
  */
-
-int64
-kafka_elapsed_ms(instr_time start)
-{
-	instr_time	now;
-
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, start);
-	return (int64) INSTR_TIME_GET_MILLISEC(now);
-}
-
-/*
- * The clients of this process that esrc_kafka_shutdown() closes at exit:
- * the handle being connected or in use (one at a time) and (kafkapos.c)
- * the consumer of kafka_read_position() while it exists.
- */
-static EsrcKafka *live_handle = NULL;
-static bool live_connecting = false;	/* live_handle is in connect */
-static bool connect_given_up = false;	/* the wait hook said so */
-
-/*
- * Between two slices of a blocking wait that began at start: honour
- * SIGTERM and postmaster death, and tell the worker how long we have been
- * waiting.  While connecting, first serve the producers' queues: their
- * error_cb (a refused connection, a name that does not resolve, a failed
- * TLS handshake) and log_cb run only in rd_kafka_poll, and nothing else
- * polls before the connect ends (no records are queued yet, so no
- * delivery report is served early).  May ereport(FATAL).
- */
-void
-kafka_between_slices(instr_time start)
-{
-	CHECK_FOR_INTERRUPTS();
-	if (!PostmasterIsAlive())
-		proc_exit(1);
-	if (live_connecting && live_handle != NULL)
-	{
-		int			i;
-
-		for (i = 0; i < live_handle->nrk; i++)
-			rd_kafka_poll(live_handle->rks[i], 0);
-		esrc_kafka_emit_log();
-	}
-	if (esrc_kafka_wait_hook != NULL)
-	{
-		char		errcopy[LOG_LINE];
-
-		kafka_copy_last_error(errcopy, sizeof(errcopy));
-		if (esrc_kafka_wait_hook(kafka_elapsed_ms(start), errcopy) && live_connecting)
-			connect_given_up = true;
-	}
-}
 
 static void
 copy_error(rd_kafka_error_t *error, const char *what, char *err, size_t errlen)
@@ -205,72 +144,6 @@ txn_error(rd_kafka_error_t *error, const char *what, char *err, size_t errlen)
 
 static EsrcKafkaStatus begin_txn(EsrcKafka *k, int p, char *err, size_t errlen);
 
-/*
- * librdkafka's main thread yields the CPU to the worker (and to the
- * database): it runs at a nice value MAIN_THREAD_NICE above the worker's.
- * A transactional producer of librdkafka before 2.8 spins on that thread
- * for about a millisecond per transaction (docs/forwarder.md,
- * "librdkafka's registration timer"), and the worker wakes it when it
- * queues a transaction's first record: at the same priority the woken
- * thread took the CPU from the worker in the middle of queueing, and on two
- * cores queueing a batch took 0.26-0.48 ms at the median instead of 0.06
- * (bench/forward).  Threads that the main thread starts inherit its value
- * (some of librdkafka's broker threads); the others keep the worker's.
- * Called in each new thread of librdkafka, which must not call into
- * PostgreSQL: a failure is ignored (the thread keeps its priority).
- */
-#define MAIN_THREAD_NICE 10
-
-static int	worker_nice = 0;
-
-static rd_kafka_resp_err_t
-kafka_on_thread_start(rd_kafka_t *rk, rd_kafka_thread_type_t thread_type,
-					  const char *thread_name, void *ic_opaque)
-{
-	if (thread_type == RD_KAFKA_THREAD_MAIN)
-		(void) setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid),
-						   Min(worker_nice + MAIN_THREAD_NICE, 19));
-	return RD_KAFKA_RESP_ERR_NO_ERROR;
-}
-
-static rd_kafka_resp_err_t
-kafka_on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *ic_opaque,
-			 char *errstr, size_t errstr_size)
-{
-	return rd_kafka_interceptor_add_on_thread_start(rk, "esrc", kafka_on_thread_start, NULL);
-}
-
-/*
- * rd_kafka_new with every signal blocked: the threads it starts inherit
- * the mask (and later ones are started by those threads), so no signal
- * meant for the worker lands on a librdkafka thread and runs one of
- * PostgreSQL's handlers there.  Signals that arrive meanwhile stay
- * pending and are handled when the mask is restored.
- *
- * Also adds the interceptor that lowers the priority of librdkafka's main
- * thread (above).
- */
-rd_kafka_t *
-kafka_new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
-{
-	sigset_t	all;
-	sigset_t	old;
-	rd_kafka_t *rk;
-	int			nice;
-
-	/* the worker's own value, read here, in the worker's thread */
-	errno = 0;
-	nice = getpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid));
-	worker_nice = (errno == 0) ? nice : 0;
-	(void) rd_kafka_conf_interceptor_add_on_new(conf, "esrc", kafka_on_new, NULL);
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rk = rd_kafka_new(type, conf, errstr, errlen);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return rk;
-}
-
 static void
 destroy_rk(rd_kafka_t *rk)
 {
@@ -288,11 +161,7 @@ esrc_kafka_destroy(EsrcKafka *k)
 
 	if (k == NULL)
 		return;
-	if (k == live_handle)
-	{
-		live_handle = NULL;
-		live_connecting = false;
-	}
+	kafka_live_forget(k);
 	/* reports of what is still queued must not reach a batch */
 	for (i = 0; i < MAX_PRODUCERS; i++)
 	{
@@ -322,12 +191,12 @@ esrc_kafka_destroy(EsrcKafka *k)
 void
 esrc_kafka_shutdown(void)
 {
-	if (live_connecting && live_handle != NULL)
+	if (kafka_live_connecting() && kafka_live_handle() != NULL)
 		ereport(LOG,
 				(errmsg("esrc forwarder: closing the Kafka clients of an interrupted connect")));
 	kafka_position_shutdown();
-	if (live_handle != NULL)
-		esrc_kafka_destroy(live_handle);
+	if (kafka_live_handle() != NULL)
+		esrc_kafka_destroy(kafka_live_handle());
 }
 
 /* A new handle, with copies of the settings and an empty topic cache. */
@@ -404,7 +273,7 @@ init_transactions(EsrcKafka *k, char *err, size_t errlen)
 		switch (txn_error(error, "init_transactions", err, errlen))
 		{
 			case TXN_RETRIABLE:
-				if (kafka_elapsed_ms(start) < CONNECT_BUDGET_MS && !connect_given_up)
+				if (kafka_elapsed_ms(start) < CONNECT_BUDGET_MS && !kafka_connect_given_up())
 				{
 					kafka_between_slices(start);
 					continue;
@@ -458,7 +327,7 @@ check_reachable(EsrcKafka *k, const char *brokers, char *err, size_t errlen)
 			rd_kafka_metadata_destroy(md);
 			return ESRC_KAFKA_OK;
 		}
-		if (kafka_elapsed_ms(start) >= CONNECT_BUDGET_MS || connect_given_up)
+		if (kafka_elapsed_ms(start) >= CONNECT_BUDGET_MS || kafka_connect_given_up())
 		{
 			snprintf(err, errlen, "cannot reach Kafka at %s: %s", brokers,
 					 rd_kafka_err2str(e));
@@ -485,10 +354,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_i
 	EsrcKafka  *k = new_handle(s);
 
 	/* from here on a SIGTERM in any wait still closes what k holds */
-	Assert(live_handle == NULL);
-	live_handle = k;
-	live_connecting = true;
-	connect_given_up = false;
+	kafka_live_begin(k);
 
 	kafka_clear_last_error();
 	*status = create_producers(k, err, errlen);
@@ -524,7 +390,7 @@ esrc_kafka_connect(const EsrcKafkaSettings *s, int64 *position, char *position_i
 	}
 
 	esrc_kafka_emit_log();
-	live_connecting = false;
+	kafka_live_connected();
 	return k;
 }
 

@@ -3,8 +3,9 @@
  * kafkaint.h
  *	  What the pieces of the librdkafka glue share; private to them.
  *
- * The glue is four files: kafka.c (connect, delivery reports, waiting,
- * producing and the transactions), kafkaconf.c (esrc.kafka_properties,
+ * The glue is five files: kafka.c (connect, delivery reports, producing
+ * and the transactions), kafkaproc.c (creating clients, the one being
+ * connected, the sliced waits), kafkaconf.c (esrc.kafka_properties,
  * librdkafka configurations and librdkafka's log), kafkatopic.c (the
  * topic cache and topic creation) and kafkapos.c (the position record:
  * its value, reading it back).  The rest of esrc sees only kafka.h.
@@ -127,10 +128,18 @@ struct EsrcKafka
 
 /* kafka.c */
 extern void kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque);
+
+/* kafkaproc.c: the clients of this process, and the waits */
 extern int64 kafka_elapsed_ms(instr_time start);
 extern void kafka_between_slices(instr_time start);
 extern rd_kafka_t *kafka_new_rk(rd_kafka_type_t type, rd_kafka_conf_t *conf,
 								char *errstr, size_t errlen);
+extern void kafka_live_begin(EsrcKafka *k);
+extern void kafka_live_connected(void);
+extern void kafka_live_forget(EsrcKafka *k);
+extern EsrcKafka *kafka_live_handle(void);
+extern bool kafka_live_connecting(void);
+extern bool kafka_connect_given_up(void);
 
 /* kafkaconf.c */
 typedef enum ConfKind
