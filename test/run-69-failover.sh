@@ -12,10 +12,14 @@
 # leader's log with what the writers were told, Kafka (read_committed), the
 # consumer's and the projection's rows.
 #
-#   sync      synchronous_mode: true.  Every acknowledged append is in the
-#             new leader's log; Kafka holds exactly that log, in order, once;
-#             consumer and projection exactly once; the rejoined old leader
-#             runs no forwarder.
+#   sync      synchronous_mode: true.  Before the kill the leader's
+#             walsender is stopped (SIGSTOP) until appends wait for the
+#             synchronous standby: the postmaster's death releases them on
+#             the dying leader (visible there, never acknowledged, never
+#             replicated).  Every acknowledged append is in the
+#             new leader's log; Kafka holds exactly that log, in order, once
+#             (nothing released that way); consumer and projection exactly
+#             once; the rejoined old leader runs no forwarder.
 #   standbys  asynchronous, esrc.forwarder_standbys = the other node's slot,
 #             the standby made to lag before the kill (the primary's walsender
 #             stopped with SIGSTOP while the writers go on; stopping the
@@ -160,6 +164,23 @@ drill() { # MODE I
                 sleep 0.1
             done
         fi
+    fi
+    if [ "$mode" = sync ]; then
+        # appends waiting for the synchronous standby when the postmaster
+        # dies: its walsender stopped, so the commits pile up in their wait
+        # (SyncRepWaitForLSN), which the postmaster's death cuts short:
+        # visible on the dying leader, never on the standby, never
+        # acknowledged.  Kafka must not get them (fwdstandby.c).
+        ws=$(leader_sql "SELECT pid FROM pg_stat_replication WHERE application_name = 'node$other'")
+        [ -n "$ws" ] || { log "no walsender for node$other"; return 1; }
+        kill -STOP "$ws"
+        local deadline=$((SECONDS + 10)) waiting=0
+        until [ "${waiting:-0}" -ge 2 ]; do
+            [ $SECONDS -lt $deadline ] || { log "appends did not wait for the synchronous standby"; return 1; }
+            sleep 0.1
+            waiting=$(leader_sql "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        done
+        log "   $waiting appends waiting for the stopped synchronous standby"
     fi
     pm=$(ha_postmaster "$old")
     t0=$(date +%s%N)

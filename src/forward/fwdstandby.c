@@ -2,9 +2,11 @@
  *
  * fwdstandby.c
  *	  esrc.forwarder_standbys: the forwarder sends a batch only once every
- *	  listed standby has flushed the WAL of the batch's commits.  The
- *	  setting (its check hook and parsed list), reading the listed
- *	  physical replication slots from shared memory, and the worker's wait.
+ *	  listed standby has flushed the WAL of the batch's commits, and, with
+ *	  synchronous_standby_names set, once the synchronous standbys have
+ *	  confirmed it.  The setting (its check hook and parsed list), reading
+ *	  the listed physical replication slots and the synchronous standbys'
+ *	  confirmed position from shared memory, and the worker's wait.
  *
  * Why: with asynchronous replication a promoted standby may lack events
  * the old primary committed, flushed and forwarded; Kafka would then hold
@@ -50,6 +52,27 @@
  * the credit is min(restart_lsn, what this process last credited the slot
  * with while a walsender held it), nothing when it never saw one.
  *
+ * Synchronous replication: a commit that waits for the synchronous
+ * standbys is invisible until they confirm it, but PostgreSQL lets a
+ * waiting commit go without their confirmation when the wait is
+ * cancelled (a cancel, statement_timeout), when the backend is terminated
+ * (a fast shutdown, Patroni's demotion) and when the postmaster dies
+ * (SyncRepWaitForLSN): the commit is then visible here, and the
+ * forwarder read and sent it, while the synchronous standby that Patroni
+ * promotes lacks it (measured in test/run-69's sync drill: the primary
+ * killed with kill -9 while appends waited, Kafka then held position 677
+ * that the promoted standby never had).  So with synchronous_standby_names
+ * set the worker also waits until WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH],
+ * the point up to which the walsenders released waiting commits
+ * (SyncRepReleaseWaiters), has passed the batch's WAL: an event goes out
+ * only once a commit acknowledged at its end would have been.  Commits
+ * that waited normally are past it by the time they are visible, so this
+ * costs nothing unless a wait was cut short or appends commit with
+ * synchronous_commit = local or off.  The setting is this process's
+ * (reloaded at SIGHUP); once synchronous_standby_names is emptied the
+ * worker no longer waits, as the appends no longer do (Patroni empties
+ * it only after it has taken the standby out of its synchronous set).
+ *
  * What it costs: a standby that is down when the worker starts (or was
  * never seen streaming by this worker) no longer lets batches through on
  * its old restart_lsn: the worker waits until it connects and its
@@ -93,6 +116,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
+#include "replication/syncrep.h"
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "storage/lwlock.h"
@@ -390,10 +414,57 @@ slot_flushed(const char *name, XLogRecPtr lsn, char *why, bool *broken)
 }
 
 /*
- * Has every listed slot flushed up to lsn?  When not, why (the first slot
- * that has not) into why, which has ESRC_FWD_ERROR_LEN bytes; *broken
- * tells a slot that cannot catch up as it is (missing, logical, never
- * reported) from one that is behind.
+ * Synchronous replication: is synchronous_standby_names set (this
+ * process's value; the worker reloads it with the rest)?
+ */
+static bool
+sync_standbys_named(void)
+{
+	return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+}
+
+/*
+ * With synchronous_standby_names set: have the synchronous standbys
+ * confirmed flushing up to lsn?  WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] is
+ * the point up to which the walsenders released the commits waiting for
+ * them (SyncRepReleaseWaiters), so an event is sent only once a commit
+ * acknowledged at its end would have been.  Visibility alone does not
+ * say it: a commit whose wait is cancelled, terminated or cut short by
+ * the postmaster's death (SyncRepWaitForLSN) is visible on this server
+ * though no synchronous standby has it, and so is one made with
+ * synchronous_commit = local or off.  When not, why into why.
+ */
+static bool
+sync_flushed(XLogRecPtr lsn, char *why)
+{
+	XLogRecPtr	confirmed;
+
+	if (!sync_standbys_named() || WalSndCtl == NULL)
+		return true;
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+	confirmed = WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH];
+	LWLockRelease(SyncRepLock);
+	if (confirmed >= lsn)
+		return true;
+	snprintf(why, ESRC_FWD_ERROR_LEN,
+			 "the synchronous standbys (synchronous_standby_names) have confirmed WAL up to %X/%X; the batch needs %X/%X",
+			 LSN_FORMAT_ARGS(confirmed), LSN_FORMAT_ARGS(lsn));
+	return false;
+}
+
+/* must the worker wait for a standby before it sends? */
+static bool
+standbys_to_wait_for(void)
+{
+	return fwd_standbys_configured() || sync_standbys_named();
+}
+
+/*
+ * Has every listed slot flushed up to lsn, and have the synchronous
+ * standbys confirmed it?  When not, why (the first slot that has not)
+ * into why, which has ESRC_FWD_ERROR_LEN bytes; *broken tells a slot that
+ * cannot catch up as it is (missing, logical, never reported) from one
+ * that is behind.
  */
 static bool
 slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
@@ -401,6 +472,8 @@ slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
 	int			i;
 
 	*broken = false;
+	if (!sync_flushed(lsn, why))
+		return false;
 	if (!fwd_standbys_configured())
 		return true;
 	if (ReplicationSlotCtl == NULL || max_replication_slots == 0)
@@ -429,7 +502,8 @@ fwd_standbys_caught_up(XLogRecPtr lsn)
 }
 
 /*
- * Wait until every listed standby has flushed up to lsn: true then.
+ * Wait until every listed standby has flushed up to lsn, and the
+ * synchronous standbys have confirmed it: true then.
  * false when the worker should not send now (paused, or serve() asked
  * for a new turn: a reload); the batch is read again later.  serve() is
  * called between waits: it serves Kafka's callbacks and reloads.
@@ -445,7 +519,7 @@ fwd_wait_standbys(XLogRecPtr lsn, bool (*serve) (void))
 	char		shown_why[ESRC_FWD_ERROR_LEN];
 	EsrcForwarderState before = fwd_get_state();
 
-	if (!fwd_standbys_configured() || XLogRecPtrIsInvalid(lsn))
+	if (!standbys_to_wait_for() || XLogRecPtrIsInvalid(lsn))
 		return true;
 	shown_why[0] = '\0';
 	for (;;)
@@ -476,7 +550,7 @@ fwd_wait_standbys(XLogRecPtr lsn, bool (*serve) (void))
 			ok = false;
 			break;
 		}
-		if (!fwd_standbys_configured())
+		if (!standbys_to_wait_for())
 			break;
 	}
 	esrc_standby_wait_done();
@@ -486,7 +560,7 @@ fwd_wait_standbys(XLogRecPtr lsn, bool (*serve) (void))
 		if (ok)
 		{
 			ereport(LOG,
-					(errmsg("esrc forwarder: the standbys of esrc.forwarder_standbys have caught up, forwarding continues")));
+					(errmsg("esrc forwarder: the standbys have caught up, forwarding continues")));
 			fwd_set_state(before == FWD_WAITING_STANDBY ? FWD_RUNNING : before, NULL);
 		}
 	}

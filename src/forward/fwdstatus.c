@@ -278,7 +278,7 @@ fwd_report_standby_wait(const char *why, TimestampTz since, bool first)
 	if (first)
 	{
 		fwd_report_failure(FWD_WAITING_STANDBY, why,
-						   "Nothing more is sent to Kafka until every standby of esrc.forwarder_standbys has flushed the WAL of the next batch; appends go on. To give up waiting for a standby that is gone, remove it from esrc.forwarder_standbys and reload.");
+						   "Nothing more is sent to Kafka until every standby of esrc.forwarder_standbys has flushed the WAL of the next batch, and the synchronous standbys of synchronous_standby_names have confirmed it; appends go on. To give up waiting for a standby that is gone, remove it from the setting that names it and reload.");
 	}
 	else
 	{
