@@ -30,6 +30,12 @@
 #      Without this, a failover to the synchronous standby (Patroni's
 #      synchronous_mode) left Kafka with an event the new primary lacks
 #      (test/run-69-failover.sh: the primary killed while appends waited).
+#   8. the primary crashes (immediate shutdown) while the listed standby
+#      is down and events wait for it: after the restart no append has
+#      committed yet, and the worker still waits for the standby before
+#      it sends them (it sent them at once before: the bound of the WAL
+#      to wait for came only from appends committed since the start);
+#      once the standby is back, they go out.
 # Finally the whole log against Kafka: exactly once, in order.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -247,7 +253,36 @@ expect "state running once the synchronous standby confirmed" \
 expect "both reached Kafka" test "$(kafka_count)" = "$((in_kafka + 2))"
 set_sync ""
 
-log "8. the whole log against Kafka"
+log "8. a crash while the listed standby is down: after the restart the worker still waits for it"
+set_standbys standby1
+fwd_wait_forwarded 60 || status=1
+pg_stop "$sdir" fast
+before=$(last_forwarded)
+in_kafka=$(kafka_count)
+append crash-1 10
+fwd_wait_state "waiting for standby" 30 || status=1
+as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -m immediate -w -t 60 stop >/dev/null
+as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -w -t 60 start >/dev/null \
+    || { tail -30 "$dir/pg/server.log"; die "the primary did not start again"; }
+deadline=$((SECONDS + 30))
+until [ -n "$(fwd_worker_pid 2>/dev/null)" ]; do
+    [ $SECONDS -lt $deadline ] || die "no forwarder after the restart"
+    sleep 0.2
+done
+expect "the crashed appends are in the log" \
+    test "$(fwd_sql "SELECT count(*) FROM esrc.events WHERE stream = 'crash-1'")" = 10
+fwd_wait_state "waiting for standby" 30 || status=1
+err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
+log "   last_error: $err"
+expect "after the restart, last_error names the slot" grep -q 'standby slot "standby1"' <<<"$err"
+sleep 1 # not an assertion: time for a worker that would send them
+expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
+expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+standby_start
+fwd_wait_forwarded 60 || status=1
+expect "once the standby is back, they went out" test "$(kafka_count)" = "$((in_kafka + 10))"
+
+log "9. the whole log against Kafka"
 fwd_dump_events "$dir/events.json"
 fwd_consume "$dir/kafka.json"
 fwd_check "$dir/events.json" "$dir/kafka.json" || status=1

@@ -546,6 +546,18 @@ read_batch(Batch *b, Oid seqoid, int64 after)
 	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
 	int			rc;
 
+	/*
+	 * No appending transaction has committed since this server started
+	 * (after a restart, a crash or a promotion): the events up to the
+	 * horizon were committed before, and their WAL is what recovery
+	 * replayed, all of it flushed.  Its end is the bound, so that the
+	 * standbys' wait (fwdstandby.c) covers them: a standby that had not
+	 * received them when the server stopped must have them before they
+	 * go out.
+	 */
+	if (XLogRecPtrIsInvalid(flush_to))
+		flush_to = GetFlushRecPtr(NULL);
+
 	b->held = horizon < last;
 	if (batch_plan == NULL)
 		batch_plan = prepare(psprintf(BATCH_SQL, tags_column()), 3, types);

@@ -18,6 +18,12 @@
  * has every event that Kafka has.  Appends never wait: only the
  * forwarder does.
  *
+ * The WAL a batch needs (fwdread.c, read_batch): the largest commit
+ * record end that appenders published since the server started, or,
+ * before any appender committed (after a restart, a crash, a promotion),
+ * the end of the WAL that recovery left, which holds every commit the
+ * batch can contain.
+ *
  * What the standby reports: a physical replication slot's restart_lsn,
  * which the walsender advances to the flush position the standby reports
  * (PhysicalConfirmReceivedLocation), read from ReplicationSlotCtl under
