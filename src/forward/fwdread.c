@@ -529,9 +529,10 @@ read_state_row(void)
  * sequence seqoid) into *b, through batch_receive.  Returns the end of
  * the WAL that the batch's commits are in: the largest commit record end
  * that appenders published before they left the in-flight registry
- * (order.c), not the end of all WAL inserted, which has the records of
- * transactions still running; flushing those made the read wait for
- * WAL that no event it returns is in.
+ * (order.c; before any committed since the server started, the end of
+ * the WAL that recovery left), not the end of all WAL inserted, which has
+ * the records of transactions still running; flushing those made the
+ * read wait for WAL that no event it returns is in.
  */
 static XLogRecPtr
 read_batch(Batch *b, Oid seqoid, int64 after)
@@ -545,18 +546,6 @@ read_batch(Batch *b, Oid seqoid, int64 after)
 	ParamListInfo params;
 	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
 	int			rc;
-
-	/*
-	 * No appending transaction has committed since this server started
-	 * (after a restart, a crash or a promotion): the events up to the
-	 * horizon were committed before, and their WAL is what recovery
-	 * replayed, all of it flushed.  Its end is the bound, so that the
-	 * standbys' wait (fwdstandby.c) covers them: a standby that had not
-	 * received them when the server stopped must have them before they
-	 * go out.
-	 */
-	if (XLogRecPtrIsInvalid(flush_to))
-		flush_to = GetFlushRecPtr(NULL);
 
 	b->held = horizon < last;
 	if (batch_plan == NULL)
@@ -679,7 +668,7 @@ done:
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(fwd_loop_cxt);
 
-	if (b->len > 0 && flush_to != InvalidXLogRecPtr)
+	if (b->len > 0)
 	{
 		flush_wal(flush_to);
 		b->flush_to = flush_to; /* for esrc.forwarder_standbys */

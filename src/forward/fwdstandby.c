@@ -18,11 +18,11 @@
  * has every event that Kafka has.  Appends never wait: only the
  * forwarder does.
  *
- * The WAL a batch needs (fwdread.c, read_batch): the largest commit
- * record end that appenders published since the server started, or,
- * before any appender committed (after a restart, a crash, a promotion),
- * the end of the WAL that recovery left, which holds every commit the
- * batch can contain.
+ * The WAL a batch needs (esrc_appended_commit_end, read by fwdread.c):
+ * the largest commit record end that appenders published since the
+ * server started, or, before any appender committed (after a restart, a
+ * crash, a promotion), the end of the WAL that recovery left, which holds
+ * every commit the batch can contain.
  *
  * What the standby reports: a physical replication slot's restart_lsn,
  * which the walsender advances to the flush position the standby reports
@@ -473,7 +473,7 @@ standbys_to_wait_for(void)
  * that is behind.
  */
 static bool
-slots_flushed(XLogRecPtr lsn, char *why, bool *broken)
+standbys_flushed(XLogRecPtr lsn, char *why, bool *broken)
 {
 	int			i;
 
@@ -504,7 +504,7 @@ fwd_standbys_caught_up(XLogRecPtr lsn)
 	char		why[ESRC_FWD_ERROR_LEN];
 	bool		broken;
 
-	return slots_flushed(lsn, why, &broken);
+	return standbys_flushed(lsn, why, &broken);
 }
 
 /*
@@ -534,7 +534,7 @@ fwd_wait_standbys(XLogRecPtr lsn, bool (*serve) (void))
 		bool		done;
 
 		esrc_standby_wait_prepare();
-		done = slots_flushed(lsn, why, &broken);
+		done = standbys_flushed(lsn, why, &broken);
 		if (done)
 			break;
 		if (start == 0)

@@ -259,7 +259,10 @@
  * (publish_commit_end).  Every position at or below a horizon H belongs to
  * a transaction whose W5 the reader saw, so commit_end read after R3
  * covers the commit records of all of them: the WAL the forwarder flushes
- * before it sends what it read (esrc_appended_commit_end, fwdread.c).
+ * before it sends what it read, and waits for its standbys to have
+ * (esrc_appended_commit_end, fwdread.c, fwdstandby.c).  Before any
+ * appender committed since the server started, the bound is the end of
+ * the WAL that recovery left.
  *
  * Slots live in EsrcSharedState (esrc.c).  At COMMIT we also set the
  * forwarder's latch, so the Kafka worker wakes once per committing
@@ -940,13 +943,23 @@ publish_commit_end(EsrcInflightSlot *slot)
 
 /*
  * The WAL to flush before events read up to a safe horizon may leave the
- * server: read after esrc_safe_position() (see publish_commit_end).
+ * server, and that a standby must have before they do: read after
+ * esrc_safe_position() (see publish_commit_end).  Until an appender
+ * commits after this server started (a restart, a crash, a promotion),
+ * commit_end is 0 and every event up to the horizon was committed before
+ * the start: in the WAL that recovery left, all of it flushed, whose end
+ * bounds them.
  */
 XLogRecPtr
 esrc_appended_commit_end(void)
 {
+	XLogRecPtr	end;
+
 	pg_read_barrier();
-	return (XLogRecPtr) pg_atomic_read_u64(&esrc_shared->commit_end);
+	end = (XLogRecPtr) pg_atomic_read_u64(&esrc_shared->commit_end);
+	if (XLogRecPtrIsInvalid(end))
+		end = GetFlushRecPtr(NULL);
+	return end;
 }
 
 static void
