@@ -64,10 +64,11 @@ as_test_user "$PG_BINDIR/pg_basebackup" -h 127.0.0.1 -p "$FWD_PORT" -U postgres 
     -D "$sdir/data" -R -S standby1 -X stream -c fast >/dev/null
 printf "port = %s\nunix_socket_directories = '%s'\n" "$sport" "$sdir" |
     as_test_user tee -a "$sdir/data/postgresql.conf" >/dev/null
-standby_start() {
-    as_test_user "$PG_BINDIR/pg_ctl" -D "$sdir/data" -l "$sdir/server.log" -w -t 60 start >/dev/null \
-        || { tail -20 "$sdir/server.log"; die "the standby did not start"; }
+server_start() { # DIR WHAT
+    as_test_user "$PG_BINDIR/pg_ctl" -D "$1/data" -l "$1/server.log" -w -t 60 start >/dev/null \
+        || { tail -30 "$1/server.log"; die "$2 did not start"; }
 }
+standby_start() { server_start "$sdir" "the standby"; }
 standby_start
 
 # the setting, from a file the primary includes (a reload of the file is
@@ -75,9 +76,18 @@ standby_start
 set_standbys() {
     echo "esrc.forwarder_standbys = '$1'" | as_test_user tee "$dir/pg/data/standbys.conf" >/dev/null
     fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    wait_reloaded esrc.forwarder_standbys "$1"
+}
+# synchronous_standby_names, by ALTER SYSTEM
+set_sync() { # NAMES
+    fwd_sql "ALTER SYSTEM SET synchronous_standby_names = '$1'" >/dev/null
+    fwd_sql "SELECT pg_reload_conf()" >/dev/null
+    wait_reloaded synchronous_standby_names "$1"
+}
+wait_reloaded() { # SETTING VALUE
     local deadline=$((SECONDS + 10))
-    until [ "$(fwd_sql "SHOW esrc.forwarder_standbys")" = "$1" ]; do
-        [ $SECONDS -lt $deadline ] || die "the setting was not reloaded"
+    until [ "$(fwd_sql "SHOW $1")" = "$2" ]; do
+        [ $SECONDS -lt $deadline ] || die "$1 was not reloaded"
         sleep 0.1
     done
 }
@@ -90,6 +100,18 @@ kafka_count() { # one read_committed read of the data topics
     "$FWD_KAFKA/consume.sh" "$FWD_BROKER" $(fwd_topics) | wc -l
 }
 metric() { fwd_sql "SELECT value FROM esrc.metrics WHERE name = '$1'"; }
+# what was sent so far; expect_nothing_sent: nothing since
+mark_sent() { before=$(last_forwarded); in_kafka=$(kafka_count); }
+expect_nothing_sent() {
+    expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
+    expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+}
+# until the worker waits for a standby; its last_error into $err, logged
+wait_standby_error() {
+    fwd_wait_state "waiting for standby" 30 || status=1
+    err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
+    log "   last_error: $err"
+}
 
 log "1. setting = standby1, the standby streaming: events reach Kafka"
 set_standbys standby1
@@ -102,13 +124,10 @@ expect "no wait shown while the standby keeps up" test "$(metric esrc_forwarder_
 
 log "2. the standby stopped: appends go on, nothing more reaches Kafka"
 pg_stop "$sdir" fast
-before=$(last_forwarded)
-in_kafka=$(kafka_count)
+mark_sent
 append down-1 10
 expect "the appends went on" test "$(fwd_sql "SELECT count(*) FROM esrc.events WHERE stream = 'down-1'")" = 10
-fwd_wait_state "waiting for standby" 30 || status=1
-err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
-log "   last_error: $err"
+wait_standby_error
 expect "last_error names the slot, inactive, and how far behind" \
     grep -q 'standby slot "standby1".*inactive.*bytes behind' <<<"$err"
 deadline=$((SECONDS + 20))
@@ -120,8 +139,7 @@ expect "esrc_forwarder_standby_wait_seconds moves" \
     awk "BEGIN { exit !($(metric esrc_forwarder_standby_wait_seconds) > 0) }"
 expect "standby_wait_since is shown" \
     test "$(fwd_sql "SELECT standby_wait_since IS NOT NULL FROM esrc.forwarder_status")" = t
-expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
-expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+expect_nothing_sent
 
 log "3. the standby back: everything arrives"
 standby_start
@@ -150,16 +168,12 @@ until [ "$(fwd_sql "SELECT restart_lsn = '$lie' FROM pg_replication_slots WHERE 
 done
 kill -STOP "$liar_ws"
 set_standbys liar
-before=$(last_forwarded)
-in_kafka=$(kafka_count)
+mark_sent
 append liar-1 5
-fwd_wait_state "waiting for standby" 30 || status=1
-err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
-log "   last_error: $err"
+wait_standby_error
 expect "last_error: the slot reports flushed beyond what its walsender sent" \
     grep -q "standby slot \"liar\".*reports flushed to $lie but its walsender (pid $liar_ws) sent only to" <<<"$err"
-expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
-expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+expect_nothing_sent
 kill -CONT "$liar_ws"
 liar_ws=
 fwd_wait_forwarded 60 || status=1
@@ -178,9 +192,7 @@ fwd_sql "SELECT pg_drop_replication_slot('liar')" >/dev/null
 log "5. a slot that does not exist, then a logical slot: the worker waits and says why"
 set_standbys "standby1, nosuchslot"
 append missing-1 1
-fwd_wait_state "waiting for standby" 30 || status=1
-err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
-log "   last_error: $err"
+wait_standby_error
 expect "last_error: the slot does not exist" grep -q 'slot "nosuchslot".*does not exist' <<<"$err"
 fwd_sql "SELECT pg_create_logical_replication_slot('logical1', 'test_decoding')" >/dev/null
 set_standbys "logical1"
@@ -201,18 +213,8 @@ append empty-1 5
 fwd_wait_forwarded 60 || status=1
 
 log "7. synchronous replication: an append released from its wait is not sent before a synchronous standby has it"
-set_sync() { # NAMES
-    fwd_sql "ALTER SYSTEM SET synchronous_standby_names = '$1'" >/dev/null
-    fwd_sql "SELECT pg_reload_conf()" >/dev/null
-    local deadline=$((SECONDS + 10))
-    until [ "$(fwd_sql "SHOW synchronous_standby_names")" = "$1" ]; do
-        [ $SECONDS -lt $deadline ] || die "synchronous_standby_names was not reloaded"
-        sleep 0.1
-    done
-}
 set_sync ghost
-before=$(last_forwarded)
-in_kafka=$(kafka_count)
+mark_sent
 fwd_sql "SET synchronous_commit = on; SELECT esrc.append('sync-1', 'Noted', '{}')" >"$dir/sync-1.out" 2>&1 &
 sync_pid=$!
 deadline=$((SECONDS + 20))
@@ -228,14 +230,11 @@ log "   the append: $(tr '\n' ' ' <"$dir/sync-1.out")"
 expect "the cancelled wait left the append committed locally" \
     grep -q "canceling wait for synchronous replication" "$dir/sync-1.out"
 expect "and visible" test "$(fwd_sql "SELECT count(*) FROM esrc.events WHERE stream = 'sync-1'")" = 1
-fwd_wait_state "waiting for standby" 30 || status=1
-err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
-log "   last_error: $err"
+wait_standby_error
 expect "last_error names synchronous_standby_names and both positions" \
     grep -q 'synchronous standbys (synchronous_standby_names) have confirmed WAL up to .* the batch needs' <<<"$err"
 sleep 1 # not an assertion: time for a worker that would send it
-expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
-expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+expect_nothing_sent
 # the streaming standby made synchronous: a synchronous append returns
 # once it confirmed, and what it confirmed covers the released one
 app=$(fwd_sql "SELECT r.application_name FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = 'standby1'")
@@ -257,13 +256,11 @@ log "8. a crash while the listed standby is down: after the restart the worker s
 set_standbys standby1
 fwd_wait_forwarded 60 || status=1
 pg_stop "$sdir" fast
-before=$(last_forwarded)
-in_kafka=$(kafka_count)
+mark_sent
 append crash-1 10
 fwd_wait_state "waiting for standby" 30 || status=1
-as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -m immediate -w -t 60 stop >/dev/null
-as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -w -t 60 start >/dev/null \
-    || { tail -30 "$dir/pg/server.log"; die "the primary did not start again"; }
+pg_stop "$dir/pg" immediate
+server_start "$dir/pg" "the primary"
 deadline=$((SECONDS + 30))
 until [ -n "$(fwd_worker_pid 2>/dev/null)" ]; do
     [ $SECONDS -lt $deadline ] || die "no forwarder after the restart"
@@ -271,13 +268,10 @@ until [ -n "$(fwd_worker_pid 2>/dev/null)" ]; do
 done
 expect "the crashed appends are in the log" \
     test "$(fwd_sql "SELECT count(*) FROM esrc.events WHERE stream = 'crash-1'")" = 10
-fwd_wait_state "waiting for standby" 30 || status=1
-err=$(fwd_sql "SELECT last_error FROM esrc.forwarder_status")
-log "   last_error: $err"
+wait_standby_error
 expect "after the restart, last_error names the slot" grep -q 'standby slot "standby1"' <<<"$err"
 sleep 1 # not an assertion: time for a worker that would send them
-expect "the forwarded position did not move" test "$(last_forwarded)" = "$before"
-expect "nothing more reached Kafka" test "$(kafka_count)" = "$in_kafka"
+expect_nothing_sent
 standby_start
 fwd_wait_forwarded 60 || status=1
 expect "once the standby is back, they went out" test "$(kafka_count)" = "$((in_kafka + 10))"

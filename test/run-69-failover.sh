@@ -131,6 +131,14 @@ wait_caught_up() {
     done
 }
 
+# stop_walsender NODE: the leader's walsender to NODE stopped (SIGSTOP);
+# its pid in $ws, for the kill after the postmaster's
+stop_walsender() {
+    ws=$(leader_sql "SELECT pid FROM pg_stat_replication WHERE application_name = 'node$1'")
+    [ -n "$ws" ] || { log "no walsender for node$1"; return 1; }
+    kill -STOP "$ws"
+}
+
 drill() { # MODE I
     local i=$2 old=$HA_LEADER other=$(( 3 - HA_LEADER )) ws t0 t1 pm counts
     rm -f "$dir/$mode/stop"
@@ -147,9 +155,7 @@ drill() { # MODE I
     if [ "$mode" != sync ]; then
         # the standby lags: the leader's walsender stops sending (what it
         # already wrote to the socket arrives), the writers go on
-        ws=$(leader_sql "SELECT pid FROM pg_stat_replication WHERE application_name = 'node$other'")
-        [ -n "$ws" ] || { log "no walsender for node$other"; return 1; }
-        kill -STOP "$ws"
+        stop_walsender "$other" || return 1
         local stopped_at
         stopped_at=$(leader_sql "SELECT max(position) FROM esrc.events")
         wait_acked 300 30 || return 1
@@ -171,9 +177,7 @@ drill() { # MODE I
         # (SyncRepWaitForLSN), which the postmaster's death cuts short:
         # visible on the dying leader, never on the standby, never
         # acknowledged.  Kafka must not get them (fwdstandby.c).
-        ws=$(leader_sql "SELECT pid FROM pg_stat_replication WHERE application_name = 'node$other'")
-        [ -n "$ws" ] || { log "no walsender for node$other"; return 1; }
-        kill -STOP "$ws"
+        stop_walsender "$other" || return 1
         local deadline=$((SECONDS + 10)) waiting=0
         until [ "${waiting:-0}" -ge 2 ]; do
             [ $SECONDS -lt $deadline ] || { log "appends did not wait for the synchronous standby"; return 1; }
