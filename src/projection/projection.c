@@ -70,7 +70,6 @@ int			esrc_projection_workers = 1;
 int			esrc_projection_max_attempts = 5;
 int			esrc_projection_retry_delay_ms = 1000;
 int			esrc_projection_retry_max_delay_ms = 60000;
-int			esrc_projection_batch_delay_ms = 2;
 
 /*
  * The projection whose handler this backend (a projection worker) is
@@ -138,13 +137,6 @@ esrc_projection_init(void)
 							NULL,
 							&esrc_projection_retry_max_delay_ms,
 							60000, 0, INT_MAX / 2,
-							PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("esrc.projection_batch_delay",
-							"Wait of a projection worker after a round that applied events, so that under load the next events gather into one batch.",
-							"0 starts the next round at once. It adds up to this much to the latency of a projection under load, and saves a transaction per commit.",
-							&esrc_projection_batch_delay_ms,
-							2, 0, 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	esrc_projection_pace_init();

@@ -48,7 +48,9 @@
  *
  * After a round that applied events, the worker waits
  * esrc.projection_batch_delay before the next, so that under load events
- * gather into batches instead of a transaction per commit.
+ * gather into batches instead of a transaction per commit; while the
+ * worker is busy the wait grows up to esrc.projection_batch_delay_max
+ * (projpace.c).
  *
  * Idle, the worker sleeps on its latch, registered (subwait.c) for the
  * union of its projections' categories: a commit that appends to one of
@@ -1017,6 +1019,7 @@ worker_loop(int number)
 		int			nprojs;
 		bool		busy;
 		int64		applied = 0;
+		int			gather_ms;
 		long		timeout;
 
 		ResetLatch(MyLatch);
@@ -1028,6 +1031,7 @@ worker_loop(int number)
 			if (number > esrc_projection_db_workers())
 				proc_exit(0);
 		}
+		esrc_projection_round_begin();
 		MemoryContextReset(roundcxt);
 		seq = esrc_projection_wake_seq();
 		projs = load_projections(roundcxt, &nprojs, seq, number);
@@ -1059,18 +1063,20 @@ worker_loop(int number)
 			next_scavenge = 0;
 		MemoryContextSwitchTo(roundcxt);
 		busy = run_round(projs, nprojs, desc, slot, &next_retry, &applied);
+		gather_ms = esrc_projection_round_end(applied);
 		if (busy)
 			continue;
-		if (applied > 0 && esrc_projection_batch_delay_ms > 0)
+		if (gather_ms > 0)
 		{
 			/*
 			 * Let the next events gather: under a steady load a round every
 			 * few milliseconds applies them in one batch instead of a
-			 * transaction per commit.  The latch stays set, so the wait
-			 * below returns at once if a commit came meanwhile.
+			 * transaction per commit; the wait grows with the worker's load
+			 * (projpace.c).  The latch stays set, so the wait below returns
+			 * at once if a commit came meanwhile.
 			 */
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 esrc_projection_batch_delay_ms, PG_WAIT_EXTENSION);
+							 gather_ms, PG_WAIT_EXTENSION);
 		}
 		timeout = esrc_subscription_lease_ms / 3;
 		if (next_scavenge != 0)
