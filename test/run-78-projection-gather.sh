@@ -12,8 +12,8 @@
 # pgbench appends ESRC_GATHER_RATE (400) events/s for ESRC_GATHER_SECONDS
 # (5) s: the worker is busy about 40% of the time, below 100% (it keeps
 # up).  Two phases, the same load:
-#   control   esrc.projection_batch_delay_max = 2ms (the wait never grows:
-#             how 0.3.0 behaved): a round every few milliseconds, batches
+#   control   esrc.projection_batch_delay_max = 2ms (the wait never grows):
+#             a round every few milliseconds, batches
 #             of a few events
 #   adaptive  esrc.projection_batch_delay_max = 200ms: the wait grows, the
 #             batches are at least 4 times as large on average

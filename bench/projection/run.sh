@@ -480,6 +480,12 @@ fi
 #           starts once they caught up).  The issue's burst is 30 s;
 #           the pacing's steady state is reached within a second (a nap
 #           per cost_limit events), so 10 s windows measure the same rate.
+#   wait    none / fixed3 (the 3 per-event projections with the wait
+#           between a worker's rounds fixed at esrc.projection_batch_delay:
+#           esrc.projection_batch_delay_max = 0 during its windows) / proj3
+#           (the wait following the worker's load, the default); also
+#           proj3 against fixed3, of the same round.  Not in the default
+#           sets: BENCH_RATIO_SETS="wait".
 #   aa      none / none2 (the same appends to another category): the
 #           spread the machine alone gives a ratio of 1.00x; a ratio of
 #           the sets above is told from 1.00x only outside that spread.
@@ -516,7 +522,7 @@ if [[ $SKIP != *" ratio "* ]]; then
         echo "$t"
     }
     ratio_projs() { # CONFIG -> the names of its projections
-        case $1 in proj3|paced3) echo "r${1}1 r${1}2 r${1}3" ;; *) echo "" ;; esac
+        case $1 in proj3|paced3|fixed3) echo "r${1}1 r${1}2 r${1}3" ;; *) echo "" ;; esac
     }
     lag_of() { # CONFIG LO A0... -> events behind of the slowest projection, events
         # (one statement: the events and the applied counters of one snapshot)
@@ -531,8 +537,20 @@ if [[ $SKIP != *" ratio "* ]]; then
              SELECT coalesce(max(n.n - (a.a - z.a0)), 0) || ' ' || min(n.n)
              FROM n LEFT JOIN z ON true LEFT JOIN a USING (name)"
     }
+    # fixed3's windows run with the wait between rounds fixed at
+    # esrc.projection_batch_delay (set before the window, reset after it)
+    fixed_wait() { # on|off
+        if [ "$1" = on ]; then
+            sql "ALTER SYSTEM SET esrc.projection_batch_delay_max = 0" >/dev/null
+        else
+            sql "ALTER SYSTEM RESET esrc.projection_batch_delay_max" >/dev/null
+        fi
+        sql "SELECT pg_reload_conf()" >/dev/null
+        sleep 0.2
+    }
     window() { # CONFIG
         local c=$1 lo a0=() s pid t0 lag n x c0 c1
+        [ "$c" != fixed3 ] || fixed_wait on
         sql "CHECKPOINT" >/dev/null
         c0=$(cluster_cpu)
         lo=$(sql "SELECT coalesce(max(position), 0) FROM esrc.events")
@@ -559,6 +577,7 @@ if [[ $SKIP != *" ratio "* ]]; then
         # appends per CPU-second of the cluster, catch-up included
         win_eff=$(python3 -c "print('%.1f' % ($n / max(($(cluster_cpu) - $c0) / $(getconf CLK_TCK), 0.01)))")
         win_effw=$(python3 -c "print('%.1f' % ($n / max(($c1 - $c0) / $(getconf CLK_TCK), 0.01)))")
+        [ "$c" != fixed3 ] || fixed_wait off
     }
     pyfmt() { python3 -c "import statistics as s, sys; v = [float(x) for x in sys.argv[1:]]; print('median %.2fx  min %.2fx  max %.2fx  (%s)' % (s.median(v), min(v), max(v), ' '.join('%.2f' % x for x in v)))" $1; }
     ratio_set() { # SET CONFIG... (the first is the baseline)
@@ -609,6 +628,10 @@ if [[ $SKIP != *" ratio "* ]]; then
             if [ -n "${t[floor]:-}" ] && [ -n "${t[proj3]:-}" ]; then
                 rs[proj3.floor]="${rs[proj3.floor]:-} $(python3 -c "print(${t[proj3]} / max(${t[floor]}, 1))")"
             fi
+            if [ -n "${t[fixed3]:-}" ] && [ -n "${t[proj3]:-}" ]; then
+                rs[proj3.fixed3]="${rs[proj3.fixed3]:-} $(python3 -c "print(${t[proj3]} / max(${t[fixed3]}, 1))")"
+                rs[proj3.fixed3.cpu]="${rs[proj3.fixed3.cpu]:-} $(python3 -c "print(${e[proj3]} / max(${e[fixed3]}, 0.1))")"
+            fi
             unset t e w
         done
         for c in "$@"; do
@@ -623,6 +646,8 @@ if [[ $SKIP != *" ratio "* ]]; then
             [ "$c" = paced3 ] || [ -z "$(ratio_projs "$c")" ] || echo "ratio_${set}_${c}_rounds_not_kept_up:${notkept[$c]:- none}  (lag above 1 s of appends)"
         done
         [ -z "${rs[proj3.floor]:-}" ] || echo "ratio_${set}_proj3_vs_floor $(pyfmt "${rs[proj3.floor]}")"
+        [ -z "${rs[proj3.fixed3]:-}" ] || echo "ratio_${set}_proj3_vs_fixed3 $(pyfmt "${rs[proj3.fixed3]}")"
+        [ -z "${rs[proj3.fixed3.cpu]:-}" ] || echo "ratio_${set}_proj3_vs_fixed3_appends_per_cpu_second $(pyfmt "${rs[proj3.fixed3.cpu]}")"
     }
     for set in ${BENCH_RATIO_SETS:-aa keepup paced}; do
         case $set in
@@ -632,6 +657,9 @@ if [[ $SKIP != *" ratio "* ]]; then
         keepup)
             log "interleaved: none / 3 projections / floor, $RP rounds of ${RW}s windows"
             ratio_set keepup none proj3 floor ;;
+        wait)
+            log "interleaved: none / 3 projections with the wait between rounds fixed / with it following the load, $RP rounds of ${RW}s windows"
+            ratio_set wait none fixed3 proj3 ;;
         paced)
             log "interleaved: none / 3 paced projections ($PACE_CONF), $RP rounds of ${RW}s windows"
             sql "ALTER SYSTEM SET esrc.projection_cost_delay = '${PACE_CONF% *}'" >/dev/null

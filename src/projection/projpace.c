@@ -43,10 +43,11 @@
  * larger batches spend less CPU per event, CPU the writers share; under a
  * light load the wait is latency and saves nothing that matters.  The
  * wait therefore follows the worker's own load: it starts at
- * esrc.projection_batch_delay (2 ms); when a round's CPU time is more
- * than a quarter of the time since the previous round began (the worker
- * busy for a quarter of the time or more), it doubles, up to
- * esrc.projection_batch_delay_max (10 ms); below an eighth it halves,
+ * esrc.projection_batch_delay (2 ms); when the rounds' CPU time is more
+ * than a quarter of the time they and the waits between them took (the
+ * worker busy for a quarter of the time or more, over 50 ms or more), it
+ * doubles, up to esrc.projection_batch_delay_max (10 ms); below an eighth
+ * it halves,
  * down to esrc.projection_batch_delay again, and a round that applied
  * nothing puts it back there at once.  At 1,000 appends/s to a projection
  * of a one-upsert handler a worker is busy well below an eighth of the
@@ -82,6 +83,11 @@ int			esrc_projection_batch_delay_max_ms = 10;
 static int	round_wait_ms = 0;
 static TimestampTz previous_round_end = 0;
 static int64 round_cpu_start_us = 0;
+
+/* the busy share is measured over rounds of at least this long together */
+#define DUTY_WINDOW_US 50000
+static int64 window_cpu_us = 0;
+static int64 window_us = 0;
 
 /* this worker's balance: events applied since its last nap (or check) */
 static int64 balance = 0;
@@ -142,7 +148,9 @@ esrc_projection_round_begin(void)
 /*
  * The round that began at the last esrc_projection_round_begin has ended,
  * having applied that many events: the wait before the next, in ms (0 when
- * it applied nothing or esrc.projection_batch_delay is 0).  See the header.
+ * it applied nothing or esrc.projection_batch_delay is 0).  See the header;
+ * the share of the time the worker is busy is taken over rounds that last
+ * DUTY_WINDOW_US together, so that one slow round does not move the wait.
  */
 int
 esrc_projection_round_end(int64 applied)
@@ -151,20 +159,28 @@ esrc_projection_round_end(int64 applied)
 	int			most = Max(base, esrc_projection_batch_delay_max_ms);
 	TimestampTz now = GetCurrentTimestamp();
 	int64		cpu = cpu_time_us() - round_cpu_start_us;
+
 	/* the wait before, and the round; the first round counts as idle */
-	int64		cycle = previous_round_end == 0 ? PG_INT64_MAX / 16 : now - previous_round_end;
+	int64		cycle = previous_round_end == 0 ? DUTY_WINDOW_US : now - previous_round_end;
 
 	previous_round_end = now;
 	if (applied <= 0 || base <= 0)
 	{
 		round_wait_ms = base;
+		window_cpu_us = window_us = 0;
 		return 0;
 	}
 	round_wait_ms = Max(round_wait_ms, base);
-	if (cpu * 4 > cycle)
-		round_wait_ms = Min(most, round_wait_ms * 2);
-	else if (cpu * 8 < cycle)
-		round_wait_ms = Max(base, round_wait_ms / 2);
+	window_cpu_us += cpu;
+	window_us += Max(cycle, 1);
+	if (window_us >= DUTY_WINDOW_US)
+	{
+		if (window_cpu_us * 4 > window_us)
+			round_wait_ms = Min(most, round_wait_ms * 2);
+		else if (window_cpu_us * 8 < window_us)
+			round_wait_ms = Max(base, round_wait_ms / 2);
+		window_cpu_us = window_us = 0;
+	}
 	return Min(round_wait_ms, most);
 }
 
