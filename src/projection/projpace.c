@@ -38,8 +38,8 @@
  * waits before it looks again, so that the events committed meanwhile
  * make one batch (one transaction) instead of one per commit.  Each batch
  * costs the same catalog work whatever its size (the checkpoints, the
- * failures, the counters: about 100 microseconds on the test machine,
- * against 20 for an event of a one-upsert handler), so under a heavy load
+ * failures, the counters: about 100 microseconds on the test machine by
+ * a perf profile, against 20 for an event of a one-upsert handler), so under a heavy load
  * larger batches spend less CPU per event, CPU the writers share; under a
  * light load the wait is latency and saves nothing that matters.  The
  * wait therefore follows the worker's own load: it starts at
@@ -47,11 +47,14 @@
  * than a quarter of the time they and the waits between them took (the
  * worker busy for a quarter of the time or more, over 50 ms or more), it
  * doubles, up to esrc.projection_batch_delay_max (10 ms); below an eighth
- * it halves,
- * down to esrc.projection_batch_delay again, and a round that applied
- * nothing puts it back there at once.  At 1,000 appends/s to a projection
- * of a one-upsert handler a worker is busy well below an eighth of the
- * time, so the wait, and the latency, stay those of the fixed 2 ms.
+ * it halves, down to esrc.projection_batch_delay again, and a round that
+ * applied nothing puts it back there at once.  The cost of a round does not
+ * depend on its events only: at 1,000 appends/s to one projection on the
+ * test machine a worker with the wait fixed at 2 ms is busy about a
+ * quarter of the time (rounds of 3 events), so the wait there moves
+ * between 2 and 4 ms; under several thousand appends/s to three
+ * projections it reaches 10 ms (docs/projections.md, "The wait between
+ * rounds", has the figures).
  * CPU time (the process's clock), not elapsed time: a worker waiting
  * for a core the writers hold is not busier for it.
  *
@@ -175,10 +178,15 @@ esrc_projection_round_end(int64 applied)
 	window_us += Max(cycle, 1);
 	if (window_us >= DUTY_WINDOW_US)
 	{
+		int			was = round_wait_ms;
+
 		if (window_cpu_us * 4 > window_us)
 			round_wait_ms = Min(most, round_wait_ms * 2);
 		else if (window_cpu_us * 8 < window_us)
 			round_wait_ms = Max(base, round_wait_ms / 2);
+		if (round_wait_ms != was)
+			elog(DEBUG1, "projection worker busy %d%% of the last %d ms: the wait between rounds is now %d ms",
+				 (int) (window_cpu_us * 100 / window_us), (int) (window_us / 1000), round_wait_ms);
 		window_cpu_us = window_us = 0;
 	}
 	return Min(round_wait_ms, most);

@@ -244,50 +244,33 @@ jsonb_strings(Jsonb *jb, int *n)
 }
 
 /*
- * The tag filter (0.3.0) as a jsonb array or null.  A catalog that ALTER
- * EXTENSION esrc UPDATE has not given the column yet has no filter: read
- * through the row's jsonb there (TAGS_OLD), and from the column itself
- * once it exists (TAGS_NEW: the lookups run once per batch of every
- * projection, and the row's jsonb was a third of their cost).
- */
-#define TAGS_NEW(row) "pg_catalog.to_jsonb(" row ".tags)"
-#define TAGS_OLD(row) "pg_catalog.to_jsonb(" row ") OPERATOR(pg_catalog.->) 'tags'"
-#define LOOKUP_BY_NAME(tags) \
-	"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, " \
-	"projection, name, " tags("subscriptions") " FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1"
-#define LOOKUP_WITH_CHECKPOINTS(tags) \
-	"SELECT s.id, s.owner, s.categories, s.types, s.metadata, s.partitions, s.consumers, " \
-	"x.parts, x.cps, s.projection, s.name, " tags("s") " FROM esrc.subscriptions s, LATERAL (" \
-	"SELECT pg_catalog.array_agg(c.partition) AS parts, pg_catalog.array_agg(c.checkpoint) AS cps " \
-	"FROM esrc.subscription_checkpoints c WHERE c.subscription_id OPERATOR(pg_catalog.=) s.id) x " \
-	"WHERE s.name OPERATOR(pg_catalog.=) $1"
-#define LOOKUP_BY_ID(tags) \
-	"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, " \
-	"projection, name, " tags("subscriptions") " FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1"
-
-/* Has esrc.subscriptions its tags column (0.3.0)? */
-static bool
-has_tags_column(void)
-{
-	return get_attnum(esrc_relation_oid("subscriptions"), "tags") != InvalidAttrNumber;
-}
-
-static SubDef *lookup_common(const char *sql, Oid keytype, Datum key,
-							 const char *name, MemoryContext cxt);
-
-/*
  * The subscription called name, copied into the current memory context
  * (the caller's, not SPI's: call with SPI connected); an error if there is
  * none.
  */
+/*
+ * The tag filter (0.3.0) as a jsonb array or null, also from a catalog
+ * that ALTER EXTENSION esrc UPDATE has not given the column yet.
+ */
+#define TAGS_COLUMN(row) "pg_catalog.to_jsonb(" row ") OPERATOR(pg_catalog.->) 'tags'"
+
+static SubDef *lookup_common(const char *sql, Oid keytype, Datum key,
+							 const char *name, MemoryContext cxt);
+
 SubDef *
 lookup_subscription(const char *name, MemoryContext cxt, bool with_checkpoints)
 {
-	static const char *plain_sql[2] = {LOOKUP_BY_NAME(TAGS_OLD), LOOKUP_BY_NAME(TAGS_NEW)};
-	static const char *cp_sql[2] = {LOOKUP_WITH_CHECKPOINTS(TAGS_OLD), LOOKUP_WITH_CHECKPOINTS(TAGS_NEW)};
-	int			v = has_tags_column() ? 1 : 0;
+	static const char *plain_sql =
+		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, "
+		"projection, name, " TAGS_COLUMN("subscriptions") " FROM esrc.subscriptions WHERE name OPERATOR(pg_catalog.=) $1";
+	static const char *cp_sql =
+		"SELECT s.id, s.owner, s.categories, s.types, s.metadata, s.partitions, s.consumers, "
+		"x.parts, x.cps, s.projection, s.name, " TAGS_COLUMN("s") " FROM esrc.subscriptions s, LATERAL ("
+		"SELECT pg_catalog.array_agg(c.partition) AS parts, pg_catalog.array_agg(c.checkpoint) AS cps "
+		"FROM esrc.subscription_checkpoints c WHERE c.subscription_id OPERATOR(pg_catalog.=) s.id) x "
+		"WHERE s.name OPERATOR(pg_catalog.=) $1";
 
-	return lookup_common(with_checkpoints ? cp_sql[v] : plain_sql[v], TEXTOID,
+	return lookup_common(with_checkpoints ? cp_sql : plain_sql, TEXTOID,
 						 CStringGetTextDatum(name), name, cxt);
 }
 
@@ -295,9 +278,11 @@ lookup_subscription(const char *name, MemoryContext cxt, bool with_checkpoints)
 SubDef *
 esrc_sub_lookup_id(int64 id, MemoryContext cxt)
 {
-	static const char *sql[2] = {LOOKUP_BY_ID(TAGS_OLD), LOOKUP_BY_ID(TAGS_NEW)};
+	static const char *sql =
+		"SELECT id, owner, categories, types, metadata, partitions, consumers, NULL, NULL, "
+		"projection, name, " TAGS_COLUMN("subscriptions") " FROM esrc.subscriptions WHERE id OPERATOR(pg_catalog.=) $1";
 
-	return lookup_common(sql[has_tags_column() ? 1 : 0], INT8OID, Int64GetDatum(id), NULL, cxt);
+	return lookup_common(sql, INT8OID, Int64GetDatum(id), NULL, cxt);
 }
 
 /*
