@@ -178,6 +178,25 @@ pg_stop() {
     }
 }
 
+# stop_at_exit DIR [NAME...]: at exit, kill the background processes whose
+# pids the variables NAME... hold by then (those set), stop the server of
+# DIR (immediate) and remove DIR unless KEEP is set.  The drivers with a
+# server and background writers call it right after making DIR.
+stop_at_exit() {
+    ESRC_EXIT_DIR=$1
+    shift
+    ESRC_EXIT_PIDS="$*"
+    trap stop_at_exit_now EXIT
+}
+stop_at_exit_now() {
+    local v
+    for v in $ESRC_EXIT_PIDS; do
+        [ -z "${!v:-}" ] || kill "${!v}" 2>/dev/null || true
+    done
+    pg_stop "$ESRC_EXIT_DIR" immediate
+    [ -n "${KEEP:-}" ] || rm -rf "$ESRC_EXIT_DIR"
+}
+
 pg_restart() {
     local dir=$1
     as_test_user "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 restart >/dev/null \

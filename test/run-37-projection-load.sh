@@ -31,13 +31,7 @@ dir=$(test_tmpdir projload)
 port=$(free_port)
 writers=
 sampler=
-cleanup() {
-    [ -n "$writers" ] && kill "$writers" 2>/dev/null || true
-    [ -n "$sampler" ] && kill "$sampler" 2>/dev/null || true
-    pg_stop "$dir" immediate
-    [ -n "${KEEP:-}" ] || rm -rf "$dir"
-}
-trap cleanup EXIT
+stop_at_exit "$dir" writers sampler
 pg_start "$dir" "$port" "esrc.projection_workers = 2" "deadlock_timeout = '100ms'"
 
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres

@@ -42,13 +42,7 @@ dir=$(test_tmpdir projfail)
 port=$(free_port)
 sampler=
 writers=
-cleanup() {
-    [ -n "$writers" ] && kill "$writers" 2>/dev/null || true
-    [ -n "$sampler" ] && kill "$sampler" 2>/dev/null || true
-    pg_stop "$dir" immediate
-    [ -n "${KEEP:-}" ] || rm -rf "$dir"
-}
-trap cleanup EXIT
+stop_at_exit "$dir" writers sampler
 pg_start "$dir" "$port" "esrc.projection_workers = 2" "esrc.projection_max_attempts = 4" \
     "esrc.projection_retry_delay = '200ms'" "esrc.projection_retry_max_delay = '1s'"
 

@@ -38,12 +38,7 @@ brk=0
 dir=$(test_tmpdir projcrash)
 port=$(free_port)
 writers=
-cleanup() {
-    [ -n "$writers" ] && kill "$writers" 2>/dev/null || true
-    pg_stop "$dir" immediate
-    [ -n "${KEEP:-}" ] || rm -rf "$dir"
-}
-trap cleanup EXIT
+stop_at_exit "$dir" writers
 pg_start "$dir" "$port" "esrc.projection_workers = 2" "restart_after_crash = on" \
     "deadlock_timeout = '100ms'"
 

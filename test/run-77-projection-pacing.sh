@@ -39,12 +39,7 @@ brk=${ESRC_PACE_BREAK:-}
 dir=$(test_tmpdir projpace)
 port=$(free_port)
 writers=
-cleanup() {
-    [ -n "$writers" ] && kill "$writers" 2>/dev/null || true
-    pg_stop "$dir" immediate
-    [ -n "${KEEP:-}" ] || rm -rf "$dir"
-}
-trap cleanup EXIT
+stop_at_exit "$dir" writers
 pg_start "$dir" "$port" "esrc.projection_workers = 1" "restart_after_crash = on" \
     "esrc.projection_cost_delay = 100ms" "esrc.projection_cost_limit = 50"
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres

@@ -32,12 +32,7 @@ secs=${ESRC_GATHER_SECONDS:-5}
 dir=$(test_tmpdir projgather)
 port=$(free_port)
 writers=
-cleanup() {
-    [ -n "$writers" ] && kill "$writers" 2>/dev/null || true
-    pg_stop "$dir" immediate
-    [ -n "${KEEP:-}" ] || rm -rf "$dir"
-}
-trap cleanup EXIT
+stop_at_exit "$dir" writers
 pg_start "$dir" "$port" "esrc.projection_workers = 1" \
     "esrc.projection_batch_delay = 2ms" "esrc.projection_batch_delay_max = 2ms"
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
