@@ -82,7 +82,10 @@ int			esrc_projection_cost_limit = 1000;
 int			esrc_projection_batch_delay_ms = 2;
 int			esrc_projection_batch_delay_max_ms = 10;
 
-/* the wait between rounds: its length now, the end of the previous round, and the CPU clock at the start of this one */
+/*
+ * The wait between rounds: its length now, the end of the previous round,
+ * and the CPU clock at the start of this one.
+ */
 static int	round_wait_ms = 0;
 static TimestampTz previous_round_end = 0;
 static int64 round_cpu_start_us = 0;
