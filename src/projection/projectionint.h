@@ -39,12 +39,8 @@ extern uint64 esrc_projection_wake_seq(void);
 extern void esrc_projection_worker_exit_idle(uint64 checked_seq);	/* does not return */
 
 /* projpace.c: naps of the workers under a burst, the wait between rounds */
-extern int	esrc_projection_cost_delay_ms;
-extern int	esrc_projection_cost_limit;
 extern void esrc_projection_pace_init(void);
 extern void esrc_projection_pace(int n);
-extern int	esrc_projection_batch_delay_ms;
-extern int	esrc_projection_batch_delay_max_ms;
 extern void esrc_projection_round_begin(void);
 extern int	esrc_projection_round_end(int64 applied);
 

@@ -39,9 +39,10 @@
  * make one batch (one transaction) instead of one per commit.  Each batch
  * costs the same catalog work whatever its size (the checkpoints, the
  * failures, the counters: about 100 microseconds on the test machine by
- * a perf profile, against 20 for an event of a one-upsert handler), so under a heavy load
- * larger batches spend less CPU per event, CPU the writers share; under a
- * light load the wait is latency and saves nothing that matters.  The
+ * a perf profile, against 20 for an event of a one-upsert handler), so
+ * under a heavy load larger batches spend less CPU per event, CPU the
+ * writers share; under a light load the wait is latency and saves nothing
+ * that matters.  The
  * wait therefore follows the worker's own load: it starts at
  * esrc.projection_batch_delay (2 ms); when the rounds' CPU time is more
  * than a quarter of the time they and the waits between them took (the
@@ -54,9 +55,9 @@
  * quarter of the time (rounds of 3 events), so the wait there moves
  * between 2 and 4 ms; under several thousand appends/s to three
  * projections it reaches 10 ms (docs/projections.md, "The wait between
- * rounds", has the figures).
- * CPU time (the process's clock), not elapsed time: a worker waiting
- * for a core the writers hold is not busier for it.
+ * rounds", has the figures).  CPU time (the process's clock), not
+ * elapsed time: a worker waiting for a core the writers hold is not
+ * busier for it.
  *
  *-------------------------------------------------------------------------
  */
@@ -76,11 +77,11 @@
 #include "subscription/subscription.h"
 #include "projectionint.h"
 
-/* settings */
-int			esrc_projection_cost_delay_ms = 0;
-int			esrc_projection_cost_limit = 1000;
-int			esrc_projection_batch_delay_ms = 2;
-int			esrc_projection_batch_delay_max_ms = 10;
+/* settings (only this file reads them) */
+static int	esrc_projection_cost_delay_ms = 0;
+static int	esrc_projection_cost_limit = 1000;
+static int	esrc_projection_batch_delay_ms = 2;
+static int	esrc_projection_batch_delay_max_ms = 10;
 
 /*
  * The wait between rounds: its length now, the end of the previous round,
@@ -176,7 +177,8 @@ esrc_projection_round_end(int64 applied)
 		window_cpu_us = window_us = 0;
 		return 0;
 	}
-	round_wait_ms = Max(round_wait_ms, base);
+	/* within the settings, also after a reload changed them */
+	round_wait_ms = Min(Max(round_wait_ms, base), most);
 	window_cpu_us += cpu;
 	window_us += Max(cycle, 1);
 	if (window_us >= DUTY_WINDOW_US)
@@ -192,7 +194,7 @@ esrc_projection_round_end(int64 applied)
 				 (int) (window_cpu_us * 100 / window_us), (int) (window_us / 1000), round_wait_ms);
 		window_cpu_us = window_us = 0;
 	}
-	return Min(round_wait_ms, most);
+	return round_wait_ms;
 }
 
 /*
